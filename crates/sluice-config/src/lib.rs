@@ -1,1 +1,44 @@
-//! x
+//! Sluice's configuration: Envoy ratelimit rule files (loaded unmodified, plus Sluice's
+//! extensions) and the service file `sluice.yaml`, validated into typed values.
+//!
+//! Every error names the file, line and column and says what to write instead.
+//!
+//! ```
+//! use sluice_config::parse_domain;
+//! use std::path::Path;
+//!
+//! let yaml = "
+//! domain: edge
+//! descriptors:
+//!   - key: user
+//!     rate_limit: { unit: minute, requests_per_unit: 3 }
+//!   - key: user
+//!     value: admin
+//!     rate_limit: { unlimited: true }
+//! ";
+//! let domain = parse_domain(Path::new("edge.yaml"), yaml).unwrap();
+//! let rules: Vec<_> = domain.match_descriptor(&[("user", "alice")]).collect();
+//! assert_eq!(rules[0].limit.to_string(), "3/1m");
+//!
+//! let err = parse_domain(Path::new("bad.yaml"), "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: secnd, requests_per_unit: 3 }\n").unwrap_err();
+//! assert!(err.to_string().starts_with("bad.yaml:4:"));
+//! assert!(err.to_string().contains("did you mean `second`?"));
+//! ```
+
+mod duration;
+mod error;
+mod load;
+mod raw;
+mod rules;
+mod service;
+
+pub use error::ConfigError;
+pub use load::{DomainSource, load, load_domain_file, parse_domain};
+pub use rules::{
+    AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
+    ResolvedLimit, Rule, RuleMatch, RuleSet, RuleSettings,
+};
+pub use service::{
+    Action, Gateway, HeaderMatch, HeaderMatcher, HeaderStyle, Listen, Route, RouteMatch,
+    ServiceConfig, StoreConfig,
+};

@@ -124,8 +124,7 @@ impl ManualClock {
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        self.now
-            .fetch_add(duration_to_nanos(by), Ordering::Relaxed);
+        self.now.fetch_add(duration_to_nanos(by), Ordering::Relaxed);
     }
 
     /// Sets the clock to `now`; this may move it backwards, which tests use to check that the
@@ -153,7 +152,10 @@ mod tests {
         let b = clock.now();
         assert!(b >= a);
         let wall = StdClock.now();
-        assert!(wall.abs_diff(a) < 1_000_000_000, "anchored clock drifted: {a} vs {wall}");
+        assert!(
+            wall.abs_diff(a) < 1_000_000_000,
+            "anchored clock drifted: {a} vs {wall}"
+        );
     }
 
     #[test]

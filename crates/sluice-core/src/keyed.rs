@@ -214,7 +214,11 @@ mod tests {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let limiter = Arc::clone(&limiter);
-                std::thread::spawn(move || (0..1000).filter(|_| limiter.check(&7, 1).is_allowed()).count())
+                std::thread::spawn(move || {
+                    (0..1000)
+                        .filter(|_| limiter.check(&7, 1).is_allowed())
+                        .count()
+                })
             })
             .collect();
         let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();

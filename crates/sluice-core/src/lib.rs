@@ -24,7 +24,6 @@
 //! clock.advance(Duration::from_secs(60));
 //! assert!(limiter.check("user-1", 1).is_allowed());
 //! ```
-#![warn(missing_docs)]
 
 mod algorithm;
 mod cell;

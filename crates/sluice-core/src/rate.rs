@@ -18,7 +18,9 @@ pub struct Rate {
 #[non_exhaustive]
 pub enum RateError {
     /// The limit was zero.
-    #[error("limit must be at least 1 (to block everything, use a limit of 1 with a long window, or deny upstream)")]
+    #[error(
+        "limit must be at least 1 (to block everything, use a limit of 1 with a long window, or deny upstream)"
+    )]
     ZeroLimit,
     /// The window was shorter than a nanosecond.
     #[error("window must be longer than zero")]
@@ -91,7 +93,12 @@ impl Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.limit, crate::format_duration(self.window()))
+        write!(
+            f,
+            "{}/{}",
+            self.limit,
+            crate::format_duration(self.window())
+        )
     }
 }
 
@@ -108,7 +115,7 @@ pub fn format_duration(d: Duration) -> String {
         (1, "ns"),
     ];
     for (size, name) in UNITS {
-        if ns >= size && ns % size == 0 {
+        if ns >= size && ns.is_multiple_of(size) {
             return format!("{}{name}", ns / size);
         }
     }
@@ -128,7 +135,10 @@ mod tests {
 
     #[test]
     fn rejects_zero() {
-        assert_eq!(Rate::new(0, Duration::from_secs(1)), Err(RateError::ZeroLimit));
+        assert_eq!(
+            Rate::new(0, Duration::from_secs(1)),
+            Err(RateError::ZeroLimit)
+        );
         assert_eq!(Rate::new(1, Duration::ZERO), Err(RateError::ZeroWindow));
     }
 
@@ -137,6 +147,9 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
-        assert_eq!(Rate::per_minute(NonZeroU64::new(5).unwrap()).to_string(), "5/1m");
+        assert_eq!(
+            Rate::per_minute(NonZeroU64::new(5).unwrap()).to_string(),
+            "5/1m"
+        );
     }
 }

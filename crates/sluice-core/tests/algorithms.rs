@@ -69,9 +69,16 @@ where
         }
         match decision {
             Decision::Allowed(a) => {
-                assert!(a.remaining <= algorithm.capacity(), "remaining above capacity: {a:?}");
+                assert!(
+                    a.remaining <= algorithm.capacity(),
+                    "remaining above capacity: {a:?}"
+                );
                 if step.cost > 0 {
-                    admitted.push(Admission { now, newest, cost: step.cost });
+                    admitted.push(Admission {
+                        now,
+                        newest,
+                        cost: step.cost,
+                    });
                 }
                 if exact_remaining {
                     let m = a.remaining;
@@ -87,7 +94,10 @@ where
             }
             Decision::Denied(d) => {
                 assert!(step.cost <= algorithm.capacity());
-                assert!(d.retry_after > Duration::ZERO, "denied with zero retry_after");
+                assert!(
+                    d.retry_after > Duration::ZERO,
+                    "denied with zero retry_after"
+                );
                 let retry_at = now + duration_to_nanos(d.retry_after);
                 let (again, _) = algorithm.check(state.clone(), retry_at, step.cost);
                 assert!(
@@ -98,7 +108,10 @@ where
                 if d.retry_after > Duration::from_nanos(1) {
                     // ...and it is the earliest time (no retry_after inflated "to be safe").
                     let (early, _) = algorithm.check(state.clone(), retry_at - 1, step.cost);
-                    assert!(!early.is_allowed() || now > retry_at - 1, "retry_after not tight");
+                    assert!(
+                        !early.is_allowed() || now > retry_at - 1,
+                        "retry_after not tight"
+                    );
                 }
             }
             Decision::InsufficientCapacity(i) => {
@@ -260,8 +273,12 @@ fn cost_above_capacity_is_not_a_denial() {
         Gcra::new(rate).check(0, START, 6).0,
         FixedWindow::new(rate).check(Default::default(), START, 6).0,
         SlidingLog::new(rate).check(Default::default(), START, 6).0,
-        SlidingWindow::new(rate).check(Default::default(), START, 6).0,
-        LeakyBucket::new(rate, 5).check(Default::default(), START, 6).0,
+        SlidingWindow::new(rate)
+            .check(Default::default(), START, 6)
+            .0,
+        LeakyBucket::new(rate, 5)
+            .check(Default::default(), START, 6)
+            .0,
     ];
     for d in checks {
         assert!(

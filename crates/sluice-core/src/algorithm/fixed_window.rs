@@ -35,7 +35,12 @@ impl Algorithm for FixedWindow {
     type State = FixedWindowState;
 
     #[inline]
-    fn check(&self, state: FixedWindowState, now: Nanos, cost: u64) -> (Decision, FixedWindowState) {
+    fn check(
+        &self,
+        state: FixedWindowState,
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, FixedWindowState) {
         let limit = self.rate.limit();
         if cost > limit {
             return (Decision::insufficient(cost, limit), state);

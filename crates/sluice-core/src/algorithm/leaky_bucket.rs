@@ -36,7 +36,12 @@ impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
 
     #[inline]
-    fn check(&self, state: LeakyBucketState, now: Nanos, cost: u64) -> (Decision, LeakyBucketState) {
+    fn check(
+        &self,
+        state: LeakyBucketState,
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, LeakyBucketState) {
         if cost > self.capacity {
             return (Decision::insufficient(cost, self.capacity), state);
         }

@@ -38,7 +38,12 @@ impl SlidingLog {
 impl Algorithm for SlidingLog {
     type State = SlidingLogState;
 
-    fn check(&self, mut state: SlidingLogState, now: Nanos, cost: u64) -> (Decision, SlidingLogState) {
+    fn check(
+        &self,
+        mut state: SlidingLogState,
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, SlidingLogState) {
         let limit = self.rate.limit();
         if cost > limit {
             return (Decision::insufficient(cost, limit), state);

@@ -60,8 +60,16 @@ impl Algorithm for SlidingWindow {
         let (at, cur) = if idx >= state.window {
             let cur = match idx - state.window {
                 0 => state,
-                1 => SlidingWindowState { window: idx, current: 0, previous: state.current },
-                _ => SlidingWindowState { window: idx, current: 0, previous: 0 },
+                1 => SlidingWindowState {
+                    window: idx,
+                    current: 0,
+                    previous: state.current,
+                },
+                _ => SlidingWindowState {
+                    window: idx,
+                    current: 0,
+                    previous: 0,
+                },
             };
             (now, cur)
         } else {
@@ -73,9 +81,8 @@ impl Algorithm for SlidingWindow {
         let weighted = u128::from(cur.previous) * u128::from(w - elapsed);
         let wanted = u128::from(cur.current + cost) * u128::from(w);
         let cap = u128::from(limit) * u128::from(w);
-        let reset_after = (window_start.saturating_add(w) - at)
-            + if cur.current > 0 { w } else { 0 }
-            + lag;
+        let reset_after =
+            (window_start.saturating_add(w) - at) + if cur.current > 0 { w } else { 0 } + lag;
         if weighted + wanted > cap {
             // Time (from window_start) at which the request fits, if nothing else arrives.
             let fits_at = if cur.current + cost <= limit {
@@ -92,7 +99,10 @@ impl Algorithm for SlidingWindow {
         if cost == 0 {
             return (Decision::allowed(remaining, reset_after), state);
         }
-        let next = SlidingWindowState { current: cur.current + cost, ..cur };
+        let next = SlidingWindowState {
+            current: cur.current + cost,
+            ..cur
+        };
         let reset_after = (window_start.saturating_add(w) - at) + w + lag;
         (Decision::allowed(remaining, reset_after), next)
     }

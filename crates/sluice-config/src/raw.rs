@@ -1,0 +1,191 @@
+//! The files exactly as written: serde types with source locations, before validation.
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+/// An Envoy ratelimit domain file, plus Sluice's extensions.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDomainFile {
+    pub domain: Spanned<String>,
+    #[serde(default)]
+    pub descriptors: Vec<RawDescriptor>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDescriptor {
+    pub key: Spanned<String>,
+    pub value: Option<Spanned<String>>,
+    pub rate_limit: Option<Spanned<RawRateLimit>>,
+    pub limits: Option<Spanned<Vec<Spanned<RawRateLimit>>>>,
+    #[serde(default)]
+    pub descriptors: Vec<RawDescriptor>,
+    #[serde(default)]
+    pub shadow_mode: bool,
+    #[serde(default)]
+    pub detailed_metric: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateLimit {
+    pub unit: Option<Spanned<String>>,
+    pub requests_per_unit: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub unlimited: bool,
+    pub name: Option<Spanned<String>>,
+    #[serde(default)]
+    pub replaces: Vec<RawReplaces>,
+    // Sluice extensions.
+    pub window: Option<Spanned<String>>,
+    pub algorithm: Option<Spanned<String>>,
+    pub mode: Option<Spanned<String>>,
+    pub burst: Option<Spanned<i64>>,
+    pub max_delay: Option<Spanned<String>>,
+    pub spans: Option<Spanned<i64>>,
+    pub cooldown: Option<Spanned<String>>,
+    pub on_store_error: Option<Spanned<String>>,
+    pub policy: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReplaces {
+    pub name: Spanned<String>,
+}
+
+/// `sluice.yaml`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServiceFile {
+    pub store: Option<Spanned<String>>,
+    #[serde(default)]
+    pub listen: RawListen,
+    pub rules: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub defaults: RawDefaults,
+    #[serde(default)]
+    pub api: RawApi,
+    pub headers: Option<Spanned<String>>,
+    #[serde(default)]
+    pub gateways: Vec<RawGateway>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListen {
+    pub http: Option<Spanned<String>>,
+    pub grpc: Option<Spanned<String>>,
+    pub admin: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDefaults {
+    pub mode: Option<Spanned<String>>,
+    pub spans: Option<Spanned<i64>>,
+    pub policy: Option<Spanned<String>>,
+    pub cooldown: Option<Spanned<String>>,
+    pub algorithm: Option<Spanned<String>>,
+    pub on_store_error: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApi {
+    pub domain: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGateway {
+    pub listen: Spanned<String>,
+    pub upstream: Spanned<String>,
+    pub domain: Spanned<String>,
+    pub headers: Option<Spanned<String>>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRoute {
+    #[serde(rename = "match")]
+    pub matcher: Spanned<RawRouteMatch>,
+    pub cost: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub rate_limits: Vec<RawRateLimitEntry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRouteMatch {
+    pub path_prefix: Option<Spanned<String>>,
+    pub path: Option<Spanned<String>>,
+    pub path_template: Option<Spanned<String>>,
+    pub method: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateLimitEntry {
+    pub actions: Spanned<Vec<Spanned<RawAction>>>,
+}
+
+/// One Envoy-style rate-limit action; each contributes one descriptor entry.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum RawAction {
+    RequestHeaders {
+        header_name: Spanned<String>,
+        descriptor_key: Spanned<String>,
+        #[serde(default)]
+        skip_if_absent: bool,
+    },
+    RemoteAddress {},
+    MaskedRemoteAddress {
+        v4_prefix_mask_len: Option<Spanned<i64>>,
+        v6_prefix_mask_len: Option<Spanned<i64>>,
+    },
+    GenericKey {
+        descriptor_value: Spanned<String>,
+        descriptor_key: Option<Spanned<String>>,
+    },
+    HeaderValueMatch {
+        descriptor_value: Spanned<String>,
+        descriptor_key: Option<Spanned<String>>,
+        #[serde(default = "default_true")]
+        expect_match: bool,
+        headers: Vec<RawHeaderMatcher>,
+    },
+    QueryParameter {
+        query_parameter_name: Spanned<String>,
+        descriptor_key: Spanned<String>,
+        #[serde(default)]
+        skip_if_absent: bool,
+    },
+    Method {
+        descriptor_key: Option<Spanned<String>>,
+    },
+    Path {
+        descriptor_key: Option<Spanned<String>>,
+    },
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHeaderMatcher {
+    pub name: Spanned<String>,
+    pub exact_match: Option<String>,
+    pub prefix_match: Option<String>,
+    pub suffix_match: Option<String>,
+    pub contains_match: Option<String>,
+    pub present_match: Option<bool>,
+    #[serde(default)]
+    pub invert_match: bool,
+}

@@ -1,0 +1,52 @@
+//! Every file in `tests/invalid/` is rejected with exactly the message written on its last
+//! line (`# expect: ...`, where `{dir}` stands for the fixture directory).
+
+use std::path::Path;
+
+#[test]
+fn each_malformed_file_gets_its_exact_message() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/invalid");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 25, "only {} fixtures", files.len());
+    let mut failures = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let expected = text
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("# expect: "))
+            .unwrap_or_else(|| panic!("{} has no `# expect:` line", file.display()))
+            .replace("{dir}", &dir.display().to_string());
+        match sluice_config::load(file) {
+            Ok(_) => failures.push(format!("{}: accepted", file.display())),
+            Err(e) if e.to_string() != expected => failures.push(format!(
+                "{}:\n  expected: {expected}\n  actual:   {e}",
+                file.display()
+            )),
+            Err(_) => {}
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn shipped_examples_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let config = sluice_config::load(&root.join("sluice.yaml")).unwrap();
+    assert_eq!(config.api_domain, "api");
+    assert!(config.rules.domain("edge").is_some());
+    assert!(config.rules.domain("mongo_cps").is_some());
+    assert_eq!(config.gateways.len(), 1);
+    for file in [
+        "rules/edge.yaml",
+        "rules/envoy-example.yaml",
+        "rules/api.yaml",
+    ] {
+        sluice_config::load(&root.join(file)).unwrap();
+    }
+}
