@@ -81,6 +81,72 @@ impl Clock for SystemClock {
     }
 }
 
+/// A clock read from a value refreshed every millisecond by one background thread (quanta's
+/// upkeep thread, started once per process on first use): reading it is one atomic load.
+///
+/// The default clock of [`crate::KeyedLimiter::new`] and of `sluice serve`. Resolution is about
+/// a millisecond; it never goes backwards. Event-driven proxies do the same (nginx and Envoy
+/// cache the time once per loop iteration). Measured side by side with [`SystemClock`] and
+/// [`StdClock`] in the `clock` bench (docs/BENCHMARKS.md). If the upkeep thread cannot be
+/// started, it reads the TSC like [`SystemClock`].
+#[derive(Clone, Debug)]
+pub struct CoarseClock {
+    /// Used when the upkeep thread could not be started.
+    fallback: Option<SystemClock>,
+    anchor: quanta::Instant,
+    anchor_epoch: Nanos,
+}
+
+/// How often the upkeep thread refreshes the coarse time.
+pub const COARSE_CLOCK_RESOLUTION: Duration = Duration::from_millis(1);
+
+/// Starts the upkeep thread once per process; true when one is running (ours or another
+/// library's, which quanta reports as `UpkeepRunning`).
+fn start_upkeep() -> bool {
+    static UPKEEP: std::sync::OnceLock<Result<quanta::Handle, bool>> = std::sync::OnceLock::new();
+    match UPKEEP.get_or_init(|| {
+        quanta::Upkeep::new(COARSE_CLOCK_RESOLUTION)
+            .start()
+            .map_err(|e| matches!(e, quanta::Error::UpkeepRunning))
+    }) {
+        Ok(_) => true,
+        Err(already_running) => *already_running,
+    }
+}
+
+impl CoarseClock {
+    /// Creates a coarse clock, starting the process's upkeep thread if needed.
+    pub fn new() -> Self {
+        // quanta publishes a first reading before `start` returns, so `recent()` is never zero
+        // once the thread runs.
+        let fallback = (!start_upkeep()).then(SystemClock::new);
+        let anchor = quanta::Instant::recent();
+        let anchor_epoch = StdClock.now();
+        Self {
+            fallback,
+            anchor,
+            anchor_epoch,
+        }
+    }
+}
+
+impl Default for CoarseClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for CoarseClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        if let Some(precise) = &self.fallback {
+            return precise.now();
+        }
+        let elapsed = quanta::Instant::recent().saturating_duration_since(self.anchor);
+        self.anchor_epoch.saturating_add(duration_to_nanos(elapsed))
+    }
+}
+
 /// The standard library's wall clock, read on every call. Kept as the measured alternative to
 /// [`SystemClock`]; it can go backwards when the wall clock is stepped.
 #[derive(Clone, Copy, Debug, Default)]
@@ -156,6 +222,18 @@ mod tests {
             wall.abs_diff(a) < 1_000_000_000,
             "anchored clock drifted: {a} vs {wall}"
         );
+    }
+
+    #[test]
+    fn coarse_clock_tracks_the_wall_clock() {
+        let clock = CoarseClock::new();
+        let a = clock.now();
+        let wall = StdClock.now();
+        assert!(
+            wall.abs_diff(a) < 1_000_000_000,
+            "coarse clock drifted: {a} vs {wall}"
+        );
+        assert!(clock.now() >= a);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use papaya::{Equivalent, HashMap, ResizeMode};
 
 use crate::algorithm::Algorithm;
 use crate::cell::StateCell;
-use crate::clock::{Clock, Nanos, SystemClock};
+use crate::clock::{Clock, CoarseClock, Nanos};
 use crate::decision::Decision;
 
 type FastHasher = foldhash::fast::RandomState;
@@ -28,7 +28,7 @@ type FastHasher = foldhash::fast::RandomState;
 /// assert!(!limiter.check("alice", 1).is_allowed());
 /// assert!(limiter.check("bob", 1).is_allowed());
 /// ```
-pub struct KeyedLimiter<K, A: Algorithm, C = SystemClock>
+pub struct KeyedLimiter<K, A: Algorithm, C = CoarseClock>
 where
     A: CellFor,
 {
@@ -64,14 +64,15 @@ impl CellFor for crate::SlidingLog {
 
 const DEFAULT_CAPACITY: usize = 1024;
 
-impl<K, A> KeyedLimiter<K, A, SystemClock>
+impl<K, A> KeyedLimiter<K, A, CoarseClock>
 where
     K: Hash + Eq + Send + Sync,
     A: CellFor,
 {
-    /// A limiter on the system clock.
+    /// A limiter on the default [`CoarseClock`] (millisecond resolution, one atomic load per
+    /// read); use [`KeyedLimiter::with_clock`] with a [`crate::SystemClock`] for a precise one.
     pub fn new(algorithm: A) -> Self {
-        Self::with_clock(algorithm, SystemClock::new())
+        Self::with_clock(algorithm, CoarseClock::new())
     }
 }
 

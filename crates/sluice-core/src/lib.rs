@@ -37,7 +37,10 @@ pub use algorithm::{
     SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
 };
 pub use cell::{AtomicCell, LockedCell, StateCell};
-pub use clock::{Clock, ManualClock, Nanos, StdClock, SystemClock, duration_to_nanos};
+pub use clock::{
+    COARSE_CLOCK_RESOLUTION, Clock, CoarseClock, ManualClock, Nanos, StdClock, SystemClock,
+    duration_to_nanos,
+};
 pub use decision::{Allowed, Decision, Denied, InsufficientCapacity};
 pub use keyed::{CellFor, KeyedLimiter};
 pub use rate::{Rate, RateError, format_duration};
