@@ -1,0 +1,134 @@
+//! Counter stores for Sluice: the shared state behind `synced` and `exact` mode.
+//!
+//! A [`CounterStore`] takes a whole span's flush as one batch ([`CounterStore::flush`]): per key
+//! and window it adds this instance's count, records this instance's contribution entry, and
+//! returns the global total, the previous window's total and every instance's entry. It also
+//! runs the `exact` mode algorithms atomically ([`CounterStore::exact`]) and reads the store's
+//! clock. Implementations: [`MemoryStore`] (embedded; also the simulator's store, with injected
+//! latency and outages) and [`RedisStore`] (standalone, TLS, ACL).
+//!
+//! ```
+//! use sluice_store::{CounterKey, CounterStore, FlushItem, MemoryStore};
+//! use sluice_core::ManualClock;
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! # tokio_test();
+//! # fn tokio_test() { tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let store = MemoryStore::new(Arc::new(ManualClock::new(1_000_000_000)));
+//! let key = CounterKey::new("edge/user", &["alice"]);
+//! let item = FlushItem { key: key.as_str().into(), window: 7, delta: 3, ttl: Duration::from_secs(120), entry: None };
+//! let reply = store.flush(&[item.clone()]).await.unwrap();
+//! assert_eq!(reply.results[0].as_ref().unwrap().total, 3);
+//! let reply = store.flush(&[item]).await.unwrap();
+//! assert_eq!(reply.results[0].as_ref().unwrap().total, 6);
+//! # }) }
+//! ```
+
+mod error;
+mod exact;
+mod key;
+mod memory;
+mod redis;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use error::StoreError;
+pub use exact::{ExactAlgorithm, ExactRequest, decide_in_memory};
+pub use key::CounterKey;
+pub use memory::MemoryStore;
+pub use redis::{RedisStore, RedisStoreOptions};
+use sluice_core::{Decision, Nanos};
+
+/// A boxed future, so that stores can be chosen at run time (`Arc<dyn CounterStore>`).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// One instance's contribution to a key in a window (DESIGN.md section 1, predictive policy).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeEntry {
+    /// The instance's id.
+    pub node: Arc<str>,
+    /// Its admitted count in the window.
+    pub count: u64,
+    /// When it flushed, in store-corrected milliseconds since the epoch.
+    pub at_ms: u64,
+    /// Its demand rate (hits offered per second, denied ones included), in thousandths.
+    pub rate_milli: u64,
+}
+
+impl NodeEntry {
+    pub(crate) fn encode(&self) -> String {
+        format!("{}:{}:{}", self.count, self.at_ms, self.rate_milli)
+    }
+
+    pub(crate) fn decode(node: &str, value: &str) -> Option<Self> {
+        let mut parts = value.split(':');
+        let count = parts.next()?.parse().ok()?;
+        let at_ms = parts.next()?.parse().ok()?;
+        let rate_milli = parts.next()?.parse().ok()?;
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            node: node.into(),
+            count,
+            at_ms,
+            rate_milli,
+        })
+    }
+}
+
+/// Add `delta` to `key` in `window`, and (optionally) record this instance's entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlushItem {
+    /// The counter's base key (see [`CounterKey`]).
+    pub key: Arc<str>,
+    /// Window number (`time / window`).
+    pub window: u64,
+    /// Count to add (may be zero to only read back).
+    pub delta: u64,
+    /// How long the window's keys live (two windows).
+    pub ttl: Duration,
+    /// This instance's contribution entry; `None` skips the per-node hash.
+    pub entry: Option<NodeEntry>,
+}
+
+/// What the store holds for one flushed key after the flush.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushOutcome {
+    /// The global count in the window, this flush included.
+    pub total: u64,
+    /// The global count in the previous window.
+    pub previous_total: u64,
+    /// Every instance's entry for the window (this one's included) when an entry was written.
+    pub entries: Vec<NodeEntry>,
+}
+
+/// The reply to a whole flush.
+#[derive(Clone, Debug, Default)]
+pub struct FlushReply {
+    /// One result per item, in order. A key can fail alone (e.g. someone wrote another type at it).
+    pub results: Vec<Result<FlushOutcome, StoreError>>,
+    /// The store's clock when it ran the flush, in nanoseconds since the epoch.
+    pub store_time: Option<Nanos>,
+    /// How many round trips the flush took (one per store node).
+    pub round_trips: usize,
+}
+
+/// The shared store of counters.
+pub trait CounterStore: Send + Sync + 'static {
+    /// Applies a batch of counts: one pipeline per store node.
+    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply>;
+
+    /// Decides one request of an `exact` mode rule atomically in the store.
+    fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision>;
+
+    /// The store's current time, in nanoseconds since the epoch.
+    fn time(&self) -> StoreFuture<'_, Nanos>;
+
+    /// A short description for logs (`memory`, `redis://host:port`; never credentials).
+    fn describe(&self) -> String;
+}

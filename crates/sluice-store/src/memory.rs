@@ -1,0 +1,199 @@
+//! The embedded store: one process, same semantics as Redis, plus fault injection.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_core::{Clock, Decision, Nanos, duration_to_nanos};
+
+use crate::exact::{ExactRequest, ExactStateHandle, decide_in_memory};
+use crate::{
+    CounterStore, FlushItem, FlushOutcome, FlushReply, NodeEntry, StoreError, StoreFuture,
+};
+
+#[derive(Default)]
+struct State {
+    counters: HashMap<String, (u64, Nanos)>,
+    nodes: HashMap<String, (HashMap<Arc<str>, NodeEntry>, Nanos)>,
+    exact: HashMap<Arc<str>, (ExactStateHandle, Nanos)>,
+    flushes_since_sweep: u32,
+}
+
+impl State {
+    fn sweep(&mut self, now: Nanos) {
+        self.counters.retain(|_, (_, exp)| *exp > now);
+        self.nodes.retain(|_, (_, exp)| *exp > now);
+        self.exact.retain(|_, (_, exp)| *exp > now);
+    }
+}
+
+/// The embedded store. Keys expire like Redis keys, by the store's clock.
+///
+/// For tests and the simulator it can be made unavailable ([`MemoryStore::set_available`]) or
+/// slow ([`MemoryStore::set_latency`]); it counts the operations it serves.
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+    available: AtomicBool,
+    latency_ns: AtomicU64,
+    operations: AtomicU64,
+}
+
+impl MemoryStore {
+    /// A store whose time (for expiry and `TIME`) comes from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            state: Mutex::new(State::default()),
+            available: AtomicBool::new(true),
+            latency_ns: AtomicU64::new(0),
+            operations: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes every call fail with [`StoreError::Unavailable`] (false) or succeed again (true).
+    pub fn set_available(&self, available: bool) {
+        self.available.store(available, Ordering::Relaxed);
+    }
+
+    /// Delays every call by `latency` (tokio time).
+    pub fn set_latency(&self, latency: Duration) {
+        self.latency_ns.store(duration_to_nanos(latency), Ordering::Relaxed);
+    }
+
+    /// Round trips served so far (a flush is one, an exact decision is one).
+    pub fn operations(&self) -> u64 {
+        self.operations.load(Ordering::Relaxed)
+    }
+
+    /// The global count of `key` in `window`, as a reader would see it.
+    pub fn total(&self, key: &str, window: u64) -> u64 {
+        let now = self.clock.now();
+        let state = self.lock();
+        state
+            .counters
+            .get(&format!("{key}:{window}"))
+            .filter(|(_, exp)| *exp > now)
+            .map_or(0, |(v, _)| *v)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn enter(&self) -> Result<(), StoreError> {
+        let latency = self.latency_ns.load(Ordering::Relaxed);
+        if latency > 0 {
+            tokio::time::sleep(Duration::from_nanos(latency)).await;
+        }
+        if !self.available.load(Ordering::Relaxed) {
+            return Err(StoreError::Unavailable("memory store switched off".into()));
+        }
+        self.operations.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush_now(&self, items: &[FlushItem]) -> FlushReply {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        state.flushes_since_sweep += 1;
+        if state.flushes_since_sweep >= 64 {
+            state.flushes_since_sweep = 0;
+            state.sweep(now);
+        }
+        let results = items
+            .iter()
+            .map(|item| {
+                let expires = now.saturating_add(duration_to_nanos(item.ttl));
+                let counter = format!("{}:{}", item.key, item.window);
+                let slot = state.counters.entry(counter).or_insert((0, expires));
+                if slot.1 <= now {
+                    *slot = (0, expires);
+                }
+                slot.0 = slot.0.saturating_add(item.delta);
+                slot.1 = expires;
+                let total = slot.0;
+                let previous_total = item
+                    .window
+                    .checked_sub(1)
+                    .and_then(|w| state.counters.get(&format!("{}:{w}", item.key)))
+                    .filter(|(_, exp)| *exp > now)
+                    .map_or(0, |(v, _)| *v);
+                let mut entries = Vec::new();
+                if let Some(entry) = &item.entry {
+                    let nodes_key = format!("{}:{}:n", item.key, item.window);
+                    let slot = state
+                        .nodes
+                        .entry(nodes_key)
+                        .or_insert_with(|| (HashMap::new(), expires));
+                    if slot.1 <= now {
+                        slot.0.clear();
+                    }
+                    slot.1 = expires;
+                    slot.0.insert(entry.node.clone(), entry.clone());
+                    entries = slot.0.values().cloned().collect();
+                }
+                Ok(FlushOutcome {
+                    total,
+                    previous_total,
+                    entries,
+                })
+            })
+            .collect();
+        FlushReply {
+            results,
+            store_time: Some(now),
+            round_trips: 1,
+        }
+    }
+
+    fn exact_now(&self, request: &ExactRequest) -> Result<Decision, StoreError> {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let previous = state
+            .exact
+            .get(&request.key)
+            .filter(|(_, exp)| *exp > now)
+            .map(|(s, _)| s.clone());
+        let (decision, next) = decide_in_memory(request, previous).ok_or_else(|| {
+            StoreError::BadReply {
+                key: request.key.to_string(),
+                detail: "invalid exact-mode parameters (zero limit or window)".into(),
+            }
+        })?;
+        // Keep state for two windows past the last use, like the Redis scripts.
+        let ttl = request.algorithm.window_us().saturating_mul(2_000);
+        state
+            .exact
+            .insert(request.key.clone(), (next, now.saturating_add(ttl)));
+        Ok(decision)
+    }
+}
+
+impl CounterStore for MemoryStore {
+    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
+        Box::pin(async move {
+            self.enter().await?;
+            Ok(self.flush_now(items))
+        })
+    }
+
+    fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
+        Box::pin(async move {
+            self.enter().await?;
+            self.exact_now(request)
+        })
+    }
+
+    fn time(&self) -> StoreFuture<'_, Nanos> {
+        Box::pin(async move {
+            self.enter().await?;
+            Ok(self.clock.now())
+        })
+    }
+
+    fn describe(&self) -> String {
+        "memory".to_owned()
+    }
+}

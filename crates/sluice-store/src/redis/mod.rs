@@ -1,0 +1,375 @@
+//! Redis: standalone (`redis://`, `rediss://` with TLS, password and ACL user in the URL).
+
+mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Value};
+use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
+use tokio::sync::OnceCell;
+
+use crate::exact::{ExactAlgorithm, ExactRequest};
+use crate::{
+    CounterStore, FlushItem, FlushOutcome, FlushReply, NodeEntry, StoreError, StoreFuture,
+};
+
+/// Timeouts and reconnection settings.
+#[derive(Clone, Debug)]
+pub struct RedisStoreOptions {
+    /// Longest wait for any one call (a flush pipeline or an exact decision).
+    pub timeout: Duration,
+    /// Longest wait to establish a connection.
+    pub connect_timeout: Duration,
+    /// Longest pause between reconnection attempts (they back off exponentially up to this).
+    pub max_backoff: Duration,
+}
+
+impl Default for RedisStoreOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(2),
+        }
+    }
+}
+
+struct Scripts {
+    flush: redis::Script,
+    fixed_window: redis::Script,
+    token_bucket: redis::Script,
+    sliding_window: redis::Script,
+    sliding_log: redis::Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            flush: redis::Script::new(scripts::FLUSH),
+            fixed_window: redis::Script::new(&scripts::fixed_window()),
+            token_bucket: redis::Script::new(&scripts::token_bucket()),
+            sliding_window: redis::Script::new(&scripts::sliding_window()),
+            sliding_log: redis::Script::new(&scripts::sliding_log()),
+        }
+    }
+}
+
+/// A standalone Redis server.
+///
+/// Connects lazily and reconnects in the background with exponential backoff; every call has a
+/// timeout, so a dead server costs a flush at most `timeout` and never blocks a request.
+pub struct RedisStore {
+    client: redis::Client,
+    connection: OnceCell<ConnectionManager>,
+    options: RedisStoreOptions,
+    scripts: Arc<Scripts>,
+    description: String,
+}
+
+fn map_error(e: &RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Refused(e.to_string())
+    }
+}
+
+fn is_noscript(e: &RedisError) -> bool {
+    e.code() == Some("NOSCRIPT")
+}
+
+fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_str(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
+    let bad = |detail: String| StoreError::BadReply {
+        key: key.to_owned(),
+        detail,
+    };
+    let Value::Array(parts) = v else {
+        return Err(bad(format!("expected an array from the flush script, got {v:?}")));
+    };
+    let [total, previous, entries] = parts.as_slice() else {
+        return Err(bad(format!("expected 3 values from the flush script, got {}", parts.len())));
+    };
+    let total = as_u64(total).ok_or_else(|| bad(format!("window total is not a count: {total:?}")))?;
+    let previous_total = as_u64(previous)
+        .ok_or_else(|| bad(format!("previous window total is not a count: {previous:?}")))?;
+    let mut out = Vec::new();
+    match entries {
+        Value::Array(flat) => {
+            for pair in flat.chunks(2) {
+                let [node, entry] = pair else {
+                    return Err(bad("odd number of fields in the per-node hash".into()));
+                };
+                let (Some(node), Some(entry)) = (as_str(node), as_str(entry)) else {
+                    return Err(bad("per-node entry is not text".into()));
+                };
+                let decoded = NodeEntry::decode(&node, &entry)
+                    .ok_or_else(|| bad(format!("per-node entry `{entry}` of `{node}` is not `count:at_ms:rate`")))?;
+                out.push(decoded);
+            }
+        }
+        Value::Map(pairs) => {
+            for (node, entry) in pairs {
+                let (Some(node), Some(entry)) = (as_str(node), as_str(entry)) else {
+                    return Err(bad("per-node entry is not text".into()));
+                };
+                out.push(NodeEntry::decode(&node, &entry).ok_or_else(|| bad(format!("per-node entry `{entry}` is malformed")))?);
+            }
+        }
+        other => return Err(bad(format!("per-node entries are not a list: {other:?}"))),
+    }
+    Ok(FlushOutcome {
+        total,
+        previous_total,
+        entries: out,
+    })
+}
+
+fn parse_time(v: &Value) -> Option<Nanos> {
+    let Value::Array(parts) = v else { return None };
+    let secs = as_u64(parts.first()?)?;
+    let micros = as_u64(parts.get(1)?)?;
+    Some(secs.checked_mul(1_000_000_000)?.checked_add(micros * 1000)?)
+}
+
+fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, StoreError> {
+    let bad = |detail: String| StoreError::BadReply {
+        key: key.to_owned(),
+        detail,
+    };
+    let Value::Array(parts) = v else {
+        return Err(bad(format!("expected an array from the exact script, got {v:?}")));
+    };
+    let nums: Vec<u64> = parts.iter().map(as_u64).collect::<Option<_>>().ok_or_else(|| bad(format!("non-numeric reply {parts:?}")))?;
+    let [code, remaining, reset_us, retry_us] = nums.as_slice() else {
+        return Err(bad(format!("expected 4 numbers, got {}", nums.len())));
+    };
+    Ok(match code {
+        0 => Decision::Allowed(Allowed {
+            remaining: *remaining,
+            reset_after: Duration::from_micros(*reset_us),
+            delay: Duration::ZERO,
+        }),
+        1 => Decision::Denied(Denied {
+            retry_after: Duration::from_micros(*retry_us),
+            reset_after: Duration::from_micros(*reset_us),
+        }),
+        2 => Decision::InsufficientCapacity(InsufficientCapacity {
+            cost,
+            capacity: *remaining,
+        }),
+        other => return Err(bad(format!("unknown decision code {other}"))),
+    })
+}
+
+/// The URL with any password replaced, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl RedisStore {
+    /// A store for the server at `url` (`redis://[user:pass@]host:port/db` or `rediss://...`).
+    /// Does not connect yet.
+    pub fn open(url: &str, options: RedisStoreOptions) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| StoreError::Refused(format!("invalid Redis URL: {e}")))?;
+        Ok(Self {
+            client,
+            connection: OnceCell::new(),
+            options,
+            scripts: Arc::new(Scripts::new()),
+            description: redact(url),
+        })
+    }
+
+    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        let connection = self
+            .connection
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.options.connect_timeout))
+                    .set_response_timeout(Some(self.options.timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(self.options.max_backoff);
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config).map_err(|e| map_error(&e))
+            })
+            .await?;
+        Ok(connection.clone())
+    }
+
+    async fn with_timeout<T>(&self, f: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        tokio::time::timeout(self.options.timeout, f)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(self.options.timeout)))
+    }
+
+    async fn load_scripts(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
+        let s = &self.scripts;
+        for script in [&s.flush, &s.fixed_window, &s.token_bucket, &s.sliding_window, &s.sliding_log] {
+            script.prepare_invoke().load_async(conn).await.map_err(|e| map_error(&e))?;
+        }
+        Ok(())
+    }
+
+    fn flush_pipeline(&self, items: &[&FlushItem], with_time: bool) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for item in items {
+            let window_key = format!("{}:{}", item.key, item.window);
+            let nodes_key = format!("{window_key}:n");
+            let previous_key = format!("{}:{}", item.key, item.window.saturating_sub(1));
+            let ttl_ms = u64::try_from(item.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+            let (node, entry) = match &item.entry {
+                Some(e) => (e.node.to_string(), e.encode()),
+                None => (String::new(), String::new()),
+            };
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.flush.get_hash())
+                .arg(3)
+                .arg(window_key)
+                .arg(nodes_key)
+                .arg(previous_key)
+                .arg(item.delta)
+                .arg(ttl_ms)
+                .arg(node)
+                .arg(entry);
+        }
+        if with_time {
+            pipe.cmd("TIME");
+        }
+        pipe
+    }
+
+    async fn flush_inner(&self, items: &[FlushItem]) -> Result<FlushReply, StoreError> {
+        let mut conn = self.connection().await?;
+        let refs: Vec<&FlushItem> = items.iter().collect();
+        let raw: Vec<redis::RedisResult<Value>> = self
+            .flush_pipeline(&refs, true)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        let mut round_trips = 1;
+        let store_time = raw.last().and_then(|t| t.as_ref().ok()).and_then(parse_time);
+        let mut results: Vec<Result<FlushOutcome, StoreError>> = Vec::with_capacity(items.len());
+        let mut missing_script = Vec::new();
+        for (i, (item, reply)) in items.iter().zip(&raw).enumerate() {
+            match reply {
+                Ok(v) => results.push(parse_flush(&item.key, v)),
+                Err(e) if is_noscript(e) => {
+                    // The script did not run for this item: nothing was applied, so it is safe
+                    // to send again once the script is loaded.
+                    missing_script.push(i);
+                    results.push(Err(StoreError::Refused("NOSCRIPT".into())));
+                }
+                Err(e) => results.push(Err(StoreError::BadReply {
+                    key: item.key.to_string(),
+                    detail: e.to_string(),
+                })),
+            }
+        }
+        if !missing_script.is_empty() {
+            self.load_scripts(&mut conn).await?;
+            let again: Vec<&FlushItem> = missing_script.iter().map(|&i| &items[i]).collect();
+            let raw: Vec<redis::RedisResult<Value>> = self
+                .flush_pipeline(&again, false)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| map_error(&e))?;
+            round_trips += 2;
+            for (&i, reply) in missing_script.iter().zip(raw) {
+                results[i] = match reply {
+                    Ok(v) => parse_flush(&items[i].key, &v),
+                    Err(e) => Err(StoreError::BadReply {
+                        key: items[i].key.to_string(),
+                        detail: e.to_string(),
+                    }),
+                };
+            }
+        }
+        Ok(FlushReply {
+            results,
+            store_time,
+            round_trips,
+        })
+    }
+
+    async fn exact_inner(&self, request: &ExactRequest) -> Result<Decision, StoreError> {
+        let mut conn = self.connection().await?;
+        let key = &*request.key;
+        let (script, keys, extra): (&redis::Script, Vec<String>, Option<u64>) = match request.algorithm {
+            ExactAlgorithm::FixedWindow { .. } => (&self.scripts.fixed_window, vec![format!("{key}:fw")], None),
+            ExactAlgorithm::TokenBucket { burst, .. } => (&self.scripts.token_bucket, vec![format!("{key}:tb")], Some(burst)),
+            ExactAlgorithm::SlidingWindow { .. } => (&self.scripts.sliding_window, vec![format!("{key}:sw")], None),
+            ExactAlgorithm::SlidingLog { .. } => (&self.scripts.sliding_log, vec![format!("{key}:log"), format!("{key}:logm")], None),
+        };
+        let (limit, window_us) = match request.algorithm {
+            ExactAlgorithm::FixedWindow { limit, window_us }
+            | ExactAlgorithm::TokenBucket { limit, window_us, .. }
+            | ExactAlgorithm::SlidingWindow { limit, window_us }
+            | ExactAlgorithm::SlidingLog { limit, window_us } => (limit, window_us),
+        };
+        let mut invocation = script.prepare_invoke();
+        for k in &keys {
+            invocation.key(k);
+        }
+        invocation.arg(request.now_us).arg(window_us).arg(limit).arg(request.cost);
+        if let Some(burst) = extra {
+            invocation.arg(burst);
+        }
+        // `invoke_async` sends EVALSHA and loads the script on NOSCRIPT.
+        let reply: Value = invocation.invoke_async(&mut conn).await.map_err(|e| {
+            if e.code() == Some("WRONGTYPE") || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) {
+                StoreError::BadReply { key: key.to_owned(), detail: e.to_string() }
+            } else {
+                map_error(&e)
+            }
+        })?;
+        parse_exact(key, &reply, request.cost)
+    }
+
+    async fn time_inner(&self) -> Result<Nanos, StoreError> {
+        let mut conn = self.connection().await?;
+        let v: Value = redis::cmd("TIME").query_async(&mut conn).await.map_err(|e| map_error(&e))?;
+        parse_time(&v).ok_or_else(|| StoreError::BadReply { key: "TIME".into(), detail: format!("{v:?}") })
+    }
+}
+
+impl CounterStore for RedisStore {
+    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
+        Box::pin(self.with_timeout(self.flush_inner(items)))
+    }
+
+    fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
+        Box::pin(self.with_timeout(self.exact_inner(request)))
+    }
+
+    fn time(&self) -> StoreFuture<'_, Nanos> {
+        Box::pin(self.with_timeout(self.time_inner()))
+    }
+
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+}
