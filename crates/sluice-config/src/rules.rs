@@ -259,6 +259,8 @@ pub enum Limit {
 /// One limit at one place in a domain's descriptor tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
+    /// Position in [`Domain::rules`].
+    pub index: usize,
     /// Stable identity: the domain, the descriptor path and, for `limits:` lists, the position.
     pub id: String,
     /// The descriptor path, e.g. `database=users/collection`.
@@ -731,6 +733,7 @@ impl Builder<'_> {
             }
             indices.push(self.rules.len());
             self.rules.push(Rule {
+                index: self.rules.len(),
                 id,
                 path: path.to_owned(),
                 name,

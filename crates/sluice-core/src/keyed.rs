@@ -148,6 +148,14 @@ where
         before.saturating_sub(self.map.len())
     }
 
+    /// Whether `key` is tracked.
+    pub fn contains<Q>(&self, key: &Q) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.map.contains_key(key, &self.map.guard())
+    }
+
     /// Number of keys tracked.
     pub fn len(&self) -> usize {
         self.map.len()

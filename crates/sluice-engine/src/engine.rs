@@ -1,0 +1,510 @@
+//! The engine: rules of every domain, one limiter per rule, the flush.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram};
+use smallvec::SmallVec;
+use sluice_config::{Domain, Limit, Mode, Policy, RuleSet, RuleSettings, AlgorithmKind};
+use sluice_core::{Clock, Decision, Nanos};
+use sluice_store::{CounterKey, CounterStore, FlushItem, StoreError};
+
+use crate::descriptor_key::with_key;
+use crate::exact::ExactRule;
+use crate::local::LocalLimiter;
+use crate::sketch::OverflowSketch;
+use crate::synced::{PendingFlush, SyncedParams, SyncedRule};
+use crate::verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};
+
+/// Why the engine could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// No rule file defines this domain.
+    #[error("unknown domain `{0}`")]
+    UnknownDomain(String),
+}
+
+/// Settings that are not in the rule files.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// This instance's id in the store's per-node entries; unique per process by default.
+    pub node_id: Option<String>,
+    /// Whether the store is shared with other instances. With an unshared (memory) store,
+    /// `synced` rules behave as `local` ones.
+    pub shared_store: bool,
+    /// Tracked keys per rule before new keys go to the fixed-size sketch.
+    pub max_keys_per_rule: usize,
+    /// Instances assumed by `exact` rules' `on_store_error: local` (MAX / instances each).
+    pub expected_instances: u64,
+    /// Correct this instance's clock by the store's `TIME` (read in every flush), so that
+    /// instances with skewed clocks agree on window numbers. Tests that drive the engine with a
+    /// manual clock against a real Redis turn it off.
+    pub follow_store_clock: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            node_id: None,
+            shared_store: true,
+            max_keys_per_rule: 1_000_000,
+            expected_instances: 1,
+            follow_store_clock: true,
+        }
+    }
+}
+
+enum RuleKind {
+    Unlimited,
+    Local(LocalLimiter),
+    Synced(SyncedRule),
+    Exact(ExactRule),
+}
+
+struct RuleEngine {
+    id: Arc<str>,
+    name: Option<Arc<str>>,
+    shadow: bool,
+    limit: Option<(u64, Duration)>,
+    policy: &'static str,
+    kind: RuleKind,
+    /// Allocated on first overflow (256 KiB), never for rules that stay under the cap.
+    overflow: std::sync::OnceLock<OverflowSketch>,
+    /// Last span number flushed (synced rules).
+    flushed_span: AtomicU64,
+    allowed: metrics::Counter,
+}
+
+struct DomainTable {
+    domain: Domain,
+    rules: Vec<RuleEngine>,
+}
+
+/// What one flush did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    /// Keys (items) sent.
+    pub items: usize,
+    /// Round trips to the store.
+    pub round_trips: usize,
+    /// Items whose counts did not reach the store (kept for the next flush).
+    pub failed: usize,
+    /// Keys forgotten because they were idle.
+    pub evicted: usize,
+    /// The error, if the store failed as a whole.
+    pub error: Option<String>,
+}
+
+/// The rate-limit engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
+pub struct Engine {
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn CounterStore>,
+    domains: HashMap<String, DomainTable>,
+    node: Arc<str>,
+    offset_ns: AtomicI64,
+    store_ok: AtomicBool,
+    store_reached: AtomicBool,
+    flushing: tokio::sync::Mutex<()>,
+    max_keys: usize,
+    min_span_ns: u64,
+    follow_store_clock: bool,
+}
+
+fn default_node_id(clock: &dyn Clock) -> String {
+    format!("{}-{:x}", std::process::id(), clock.now() & 0xffff_ffff)
+}
+
+fn store_error_kind(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Timeout(_) => "timeout",
+        StoreError::BadReply { .. } => "bad_reply",
+        _ => "refused",
+    }
+}
+
+impl Engine {
+    /// Builds the engine for `rules`, with `defaults` for unset settings.
+    pub fn new(
+        rules: &RuleSet,
+        defaults: &RuleSettings,
+        store: Arc<dyn CounterStore>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+    ) -> Self {
+        let node: Arc<str> = options.node_id.clone().unwrap_or_else(|| default_node_id(&*clock)).into();
+        let mut min_span_ns = u64::MAX;
+        let mut domains = HashMap::new();
+        for domain in rules.domains() {
+            let mut engines = Vec::with_capacity(domain.rules().len());
+            for rule in domain.rules() {
+                let id: Arc<str> = rule.id.as_str().into();
+                let (kind, policy, limit) = match &rule.limit {
+                    Limit::Unlimited => (RuleKind::Unlimited, "unlimited", None),
+                    Limit::Limited(spec) => {
+                        let r = spec.resolve(defaults);
+                        let window_algorithm = matches!(r.algorithm, AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow);
+                        let mode = match r.mode {
+                            Mode::Synced if !options.shared_store => Mode::Local,
+                            Mode::Synced if !window_algorithm => {
+                                tracing::warn!(rule = %rule.id, algorithm = r.algorithm.name(), "synced mode counts windows; this algorithm runs locally on each instance");
+                                Mode::Local
+                            }
+                            m => m,
+                        };
+                        let limit = Some((r.rate.limit(), r.rate.window()));
+                        match mode {
+                            Mode::Synced => {
+                                let span_ns = (r.rate.window_ns() / u64::from(r.spans)).max(1);
+                                min_span_ns = min_span_ns.min(span_ns);
+                                let params = SyncedParams {
+                                    limit: r.rate.limit(),
+                                    window_ns: r.rate.window_ns(),
+                                    spans: u64::from(r.spans),
+                                    span_ns,
+                                    cooldown_ns: sluice_core::duration_to_nanos(r.cooldown),
+                                    policy: r.policy,
+                                    sliding: r.algorithm == AlgorithmKind::SlidingWindow,
+                                };
+                                let policy = if r.policy == Policy::Reactive { "reactive" } else { "predictive" };
+                                (RuleKind::Synced(SyncedRule::new(params)), policy, limit)
+                            }
+                            Mode::Exact => (RuleKind::Exact(ExactRule::new(&r, options.expected_instances, clock.clone())), "exact", limit),
+                            _ => (RuleKind::Local(LocalLimiter::new(&r, r.rate, clock.clone())), "local", limit),
+                        }
+                    }
+                };
+                let allowed = counter!("sluice_decisions_total", "domain" => domain.name().to_owned(), "rule" => rule.id.clone(), "outcome" => "allowed", "reason" => "");
+                engines.push(RuleEngine {
+                    id,
+                    name: rule.name.as_deref().map(Arc::from),
+                    shadow: rule.shadow_mode,
+                    limit,
+                    policy,
+                    kind,
+                    overflow: std::sync::OnceLock::new(),
+                    flushed_span: AtomicU64::new(0),
+                    allowed,
+                });
+            }
+            domains.insert(domain.name().to_owned(), DomainTable { domain: domain.clone(), rules: engines });
+        }
+        Self {
+            clock,
+            store,
+            domains,
+            node,
+            offset_ns: AtomicI64::new(0),
+            store_ok: AtomicBool::new(true),
+            store_reached: AtomicBool::new(false),
+            flushing: tokio::sync::Mutex::new(()),
+            max_keys: options.max_keys_per_rule.max(1),
+            min_span_ns: if min_span_ns == u64::MAX { 0 } else { min_span_ns },
+            follow_store_clock: options.follow_store_clock,
+        }
+    }
+
+    /// This instance's node id.
+    pub fn node_id(&self) -> &str {
+        &self.node
+    }
+
+    /// The current time corrected by the offset to the store's clock.
+    pub fn now(&self) -> Nanos {
+        let raw = self.clock.now() as i128 + i128::from(self.offset_ns.load(Ordering::Relaxed));
+        raw.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    /// Store time minus local time, as last measured (nanoseconds).
+    pub fn clock_offset_ns(&self) -> i64 {
+        self.offset_ns.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last flush reached the store.
+    pub fn store_ok(&self) -> bool {
+        self.store_ok.load(Ordering::Relaxed)
+    }
+
+    /// Whether the store has ever answered a flush.
+    pub fn store_reached(&self) -> bool {
+        self.store_reached.load(Ordering::Relaxed)
+    }
+
+    /// The shortest span among synced rules (zero when there are none): how often to flush.
+    pub fn flush_interval(&self) -> Option<Duration> {
+        (self.min_span_ns > 0).then(|| Duration::from_nanos(self.min_span_ns))
+    }
+
+    /// Whether `domain` has rules.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// Checks one request: every descriptor, every matched rule (minus those `replaces`
+    /// removes). Rules are counted in order and counting stops at the first enforcing denial,
+    /// so a denied request does not use up the quota of the rules after it; those rules are
+    /// still reported (queried at cost 0). Local and synced rules never wait on I/O.
+    pub async fn check<D, K, V>(&self, domain: &str, descriptors: &[D], cost: u64) -> Result<Verdict, EngineError>
+    where
+        D: AsRef<[(K, V)]>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let table = self.domains.get(domain).ok_or_else(|| EngineError::UnknownDomain(domain.to_owned()))?;
+        let mut matched: SmallVec<[(usize, &sluice_config::Rule); 8]> = SmallVec::new();
+        for (i, d) in descriptors.iter().enumerate() {
+            for rule in table.domain.match_descriptor(d.as_ref()) {
+                matched.push((i, rule));
+            }
+        }
+        if matched.iter().any(|(_, r)| !r.replaces.is_empty()) {
+            let replaced: SmallVec<[&str; 8]> = matched.iter().flat_map(|(_, r)| r.replaces.iter().map(String::as_str)).collect();
+            matched.retain(|(_, r)| r.name.as_deref().is_none_or(|n| !replaced.contains(&n)));
+        }
+        let now = self.now();
+        let mut verdict = Verdict { allowed: true, statuses: SmallVec::new() };
+        for (di, rule) in matched {
+            let engine = &table.rules[rule.index];
+            let entries = descriptors[di].as_ref();
+            let rule_cost = if verdict.allowed || engine.shadow { cost } else { 0 };
+            let (decision, reason) = self.check_rule(engine, entries, now, rule_cost).await;
+            let outcome = match (&engine.kind, decision) {
+                (RuleKind::Unlimited, _) => Outcome::Unlimited,
+                (_, Decision::Allowed(_)) => Outcome::Allowed,
+                (_, Decision::InsufficientCapacity(_)) if engine.shadow => Outcome::ShadowDenied,
+                (_, Decision::InsufficientCapacity(_)) => Outcome::CostExceedsLimit,
+                (_, _) if engine.shadow => Outcome::ShadowDenied,
+                (_, _) => Outcome::Denied,
+            };
+            match outcome {
+                Outcome::Allowed | Outcome::Unlimited => engine.allowed.increment(1),
+                _ => counter!(
+                    "sluice_decisions_total",
+                    "domain" => domain.to_owned(),
+                    "rule" => engine.id.to_string(),
+                    "outcome" => if outcome == Outcome::ShadowDenied { "shadow_denied" } else { "denied" },
+                    "reason" => reason.map_or("cost_exceeds_limit", Reason::as_str)
+                )
+                .increment(1),
+            }
+            if matches!(outcome, Outcome::Denied | Outcome::CostExceedsLimit) {
+                verdict.allowed = false;
+            }
+            verdict.statuses.push(RuleStatus {
+                descriptor: di,
+                rule_id: engine.id.clone(),
+                name: engine.name.clone(),
+                limit: engine.limit,
+                outcome,
+                reason,
+                remaining: decision.remaining(),
+                reset_after: decision.reset_after(),
+                retry_after: decision.retry_after(),
+                policy: engine.policy,
+            });
+        }
+        Ok(verdict)
+    }
+
+    async fn check_rule<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        engine: &RuleEngine,
+        entries: &[(K, V)],
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, Option<Reason>) {
+        let values = || entries.iter().map(|(_, v)| v.as_ref());
+        let store_key = || -> Arc<str> {
+            let values: SmallVec<[&str; 4]> = values().collect();
+            CounterKey::new(&engine.id, &values).as_str().into()
+        };
+        match &engine.kind {
+            RuleKind::Unlimited => (Decision::Allowed(sluice_core::Allowed { remaining: u64::MAX, reset_after: Duration::ZERO, delay: Duration::ZERO }), None),
+            RuleKind::Local(local) => with_key(values(), |key| {
+                if local.len() >= self.max_keys && !local.contains(key) {
+                    return self.overflow(engine, key, now, cost);
+                }
+                let d = local.check(key, now, cost);
+                let reason = matches!(d, Decision::Denied(_)).then_some(Reason::LocalBudget);
+                (d, reason)
+            }),
+            RuleKind::Synced(synced) => {
+                let store_ok = self.store_ok.load(Ordering::Relaxed);
+                with_key(values(), |key| {
+                    if synced.keys.len() >= self.max_keys && !synced.keys.pin().contains_key(key) {
+                        return self.overflow(engine, key, now, cost);
+                    }
+                    synced.check(key, store_key, now, cost, store_ok)
+                })
+            }
+            RuleKind::Exact(exact) => {
+                let key = with_key(values(), str::to_owned);
+                let (d, reason, error) = exact.check(&*self.store, &key, store_key(), now, cost).await;
+                if let Some(e) = error {
+                    counter!("sluice_store_errors_total", "kind" => store_error_kind(&e)).increment(1);
+                    tracing::debug!(rule = %engine.id, error = %e, "exact-mode store call failed");
+                }
+                (d, reason)
+            }
+        }
+    }
+
+    fn overflow(&self, engine: &RuleEngine, key: &str, now: Nanos, cost: u64) -> (Decision, Option<Reason>) {
+        counter!("sluice_overflow_checks_total", "rule" => engine.id.to_string()).increment(1);
+        let (limit, window) = engine.limit.unwrap_or((u64::MAX, Duration::from_secs(1)));
+        let window_ns = sluice_core::duration_to_nanos(window).max(1);
+        let reset = Duration::from_nanos(window_ns - now % window_ns);
+        if engine.overflow.get_or_init(OverflowSketch::new).check(key, now, window_ns, limit, cost) {
+            (Decision::Allowed(sluice_core::Allowed { remaining: 0, reset_after: reset, delay: Duration::ZERO }), None)
+        } else {
+            (Decision::Denied(sluice_core::Denied { retry_after: reset, reset_after: reset }), Some(Reason::LocalBudget))
+        }
+    }
+
+    /// What this instance knows about one descriptor's keys under each matching synced rule
+    /// (for the admin endpoint and tests).
+    pub fn key_info<K: AsRef<str>, V: AsRef<str>>(&self, domain: &str, entries: &[(K, V)]) -> Vec<KeyInfo> {
+        let Some(table) = self.domains.get(domain) else { return Vec::new() };
+        let now = self.now();
+        table
+            .domain
+            .match_descriptor(entries)
+            .filter_map(|rule| {
+                let engine = &table.rules[rule.index];
+                let RuleKind::Synced(synced) = &engine.kind else { return None };
+                with_key(entries.iter().map(|(_, v)| v.as_ref()), |key| synced.key_info(key, now))
+                    .map(|info| KeyInfo { rule_id: engine.id.clone(), ..info })
+            })
+            .collect()
+    }
+
+    /// Flushes every synced rule now (tests and shutdown call this; `sluice serve` calls
+    /// [`Engine::flush_due`] from a timer).
+    pub async fn flush(&self) -> FlushReport {
+        self.flush_rules(true).await
+    }
+
+    /// Flushes the synced rules whose span ended since their last flush.
+    pub async fn flush_due(&self) -> FlushReport {
+        self.flush_rules(false).await
+    }
+
+    async fn flush_rules(&self, all: bool) -> FlushReport {
+        let _one_at_a_time = self.flushing.lock().await;
+        let now = self.now();
+        let raw_now = self.clock.now();
+        let mut items: Vec<FlushItem> = Vec::new();
+        let mut pending: Vec<(&RuleEngine, PendingFlush)> = Vec::new();
+        let mut report = FlushReport::default();
+        for table in self.domains.values() {
+            for engine in &table.rules {
+                match &engine.kind {
+                    RuleKind::Synced(synced) => {
+                        let span = now / synced.params.span_ns;
+                        if !all && engine.flushed_span.load(Ordering::Relaxed) == span {
+                            continue;
+                        }
+                        engine.flushed_span.store(span, Ordering::Relaxed);
+                        let mut mine = Vec::new();
+                        let evicted = synced.prepare_flush(now, &self.node, &mut items, &mut mine);
+                        report.evicted += evicted;
+                        if evicted > 0 {
+                            counter!("sluice_evicted_keys_total", "rule" => engine.id.to_string()).increment(evicted as u64);
+                        }
+                        gauge!("sluice_tracked_keys", "rule" => engine.id.to_string()).set(synced.keys.len() as f64);
+                        let (live, blocked, nodes) = synced.gauges(now);
+                        gauge!("sluice_live_instances", "rule" => engine.id.to_string()).set(live as f64);
+                        gauge!("sluice_blocked_keys", "rule" => engine.id.to_string()).set(blocked as f64);
+                        gauge!("sluice_node_estimate", "rule" => engine.id.to_string()).set(nodes as f64);
+                        pending.extend(mine.into_iter().map(|p| (engine, p)));
+                    }
+                    RuleKind::Local(local) => {
+                        let evicted = local.evict_idle(raw_now);
+                        report.evicted += evicted;
+                        gauge!("sluice_tracked_keys", "rule" => engine.id.to_string()).set(local.len() as f64);
+                    }
+                    RuleKind::Exact(exact) => {
+                        report.evicted += exact.evict(now);
+                        gauge!("sluice_blocked_keys", "rule" => engine.id.to_string()).set(exact.blocked() as f64);
+                    }
+                    RuleKind::Unlimited => {}
+                }
+            }
+        }
+        if items.is_empty() {
+            return report;
+        }
+        report.items = items.len();
+        let sent = self.clock.now();
+        let result = self.store.flush(&items).await;
+        let received = self.clock.now();
+        histogram!("sluice_flush_duration_seconds").record(received.saturating_sub(sent) as f64 / 1e9);
+        counter!("sluice_flush_items_total").increment(items.len() as u64);
+        match result {
+            Ok(reply) => {
+                self.store_ok.store(true, Ordering::Relaxed);
+                self.store_reached.store(true, Ordering::Relaxed);
+                report.round_trips = reply.round_trips;
+                if let Some(store_time) = reply.store_time.filter(|_| self.follow_store_clock) {
+                    let midpoint = sent / 2 + received / 2;
+                    let offset = store_time as i128 - midpoint as i128;
+                    self.offset_ns.store(offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64, Ordering::Relaxed);
+                    gauge!("sluice_clock_offset_seconds").set(offset as f64 / 1e9);
+                }
+                for result in &reply.results {
+                    if let Err(e) = result {
+                        counter!("sluice_store_errors_total", "kind" => store_error_kind(e)).increment(1);
+                        tracing::warn!(error = %e, "flush of one key failed; its count is kept for the next flush");
+                    }
+                }
+                let now = self.now();
+                for (engine, p) in &pending {
+                    if let RuleKind::Synced(synced) = &engine.kind
+                        && !synced.apply(p, Some(&reply.results), &self.node, now)
+                    {
+                        report.failed += 1;
+                    }
+                }
+                counter!("sluice_flushes_total", "result" => "ok").increment(1);
+            }
+            Err(e) => {
+                self.store_ok.store(false, Ordering::Relaxed);
+                counter!("sluice_store_errors_total", "kind" => store_error_kind(&e)).increment(1);
+                counter!("sluice_flushes_total", "result" => "error").increment(1);
+                tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply");
+                for (engine, p) in &pending {
+                    if let RuleKind::Synced(synced) = &engine.kind {
+                        synced.apply(p, None, &self.node, now);
+                    }
+                }
+                report.failed = report.items;
+                report.error = Some(e.to_string());
+            }
+        }
+        report
+    }
+
+    /// Runs [`Engine::flush_due`] at every span boundary until `shutdown` resolves, then flushes
+    /// everything once more.
+    pub async fn run_flusher(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let Some(interval) = self.flush_interval() else {
+            shutdown.await;
+            return;
+        };
+        let tick = interval.min(Duration::from_secs(1));
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let wait = tick.as_nanos() as u64 - self.now() % tick.as_nanos() as u64;
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep(Duration::from_nanos(wait)) => {
+                    self.flush_due().await;
+                }
+            }
+        }
+        self.flush().await;
+    }
+}

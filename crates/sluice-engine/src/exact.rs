@@ -1,0 +1,109 @@
+//! `exact` mode: one store round trip per decision, with a local cache of keys known to be over
+//! their limit and the rule's `on_store_error` behaviour.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use papaya::HashMap;
+use sluice_config::{AlgorithmKind, OnStoreError, ResolvedLimit};
+use sluice_core::{Clock, Decision, FixedWindow, KeyedLimiter, Nanos, Rate};
+use sluice_store::{CounterStore, ExactAlgorithm, ExactRequest, StoreError};
+
+use crate::verdict::Reason;
+
+type FastHasher = foldhash::fast::RandomState;
+
+pub(crate) struct ExactRule {
+    algorithm: ExactAlgorithm,
+    on_store_error: OnStoreError,
+    /// Keys denied by the store, and until when (store-corrected ns).
+    over_limit: HashMap<String, AtomicU64, FastHasher>,
+    /// Used when the store fails and `on_store_error: local`: MAX / instances per window.
+    fallback: KeyedLimiter<String, FixedWindow, Arc<dyn Clock>>,
+}
+
+impl ExactRule {
+    pub(crate) fn new(limit: &ResolvedLimit, instances: u64, clock: Arc<dyn Clock>) -> Self {
+        let window_us = (limit.rate.window_ns() / 1000).max(1);
+        let l = limit.rate.limit();
+        let algorithm = match limit.algorithm {
+            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket => ExactAlgorithm::TokenBucket { limit: l, window_us, burst: limit.burst },
+            AlgorithmKind::SlidingWindow => ExactAlgorithm::SlidingWindow { limit: l, window_us },
+            AlgorithmKind::SlidingWindowLog => ExactAlgorithm::SlidingLog { limit: l, window_us },
+            _ => ExactAlgorithm::FixedWindow { limit: l, window_us },
+        };
+        let local_limit = (l / instances.max(1)).max(1);
+        let fallback_rate = Rate::new(local_limit, limit.rate.window()).unwrap_or(limit.rate);
+        Self {
+            algorithm,
+            on_store_error: limit.on_store_error,
+            over_limit: HashMap::builder().hasher(FastHasher::default()).build(),
+            fallback: KeyedLimiter::with_clock(FixedWindow::new(fallback_rate), clock),
+        }
+    }
+
+    pub(crate) async fn check(
+        &self,
+        store: &dyn CounterStore,
+        key: &str,
+        store_key: Arc<str>,
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, Option<Reason>, Option<StoreError>) {
+        {
+            let guard = self.over_limit.guard();
+            if let Some(until) = self.over_limit.get(key, &guard) {
+                let until = until.load(Ordering::Relaxed);
+                if now < until {
+                    let wait = Duration::from_nanos(until - now);
+                    return (
+                        Decision::Denied(sluice_core::Denied { retry_after: wait, reset_after: wait }),
+                        Some(Reason::CachedOverLimit),
+                        None,
+                    );
+                }
+                self.over_limit.remove(key, &guard);
+            }
+        }
+        let request = ExactRequest { key: store_key, algorithm: self.algorithm, now_us: now / 1000, cost };
+        match store.exact(&request).await {
+            Ok(Decision::Denied(d)) => {
+                let until = now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
+                self.over_limit.pin().insert(key.to_owned(), AtomicU64::new(until));
+                (Decision::Denied(d), Some(Reason::Exact), None)
+            }
+            Ok(d) => (d, None, None),
+            Err(e) => {
+                let decision = match self.on_store_error {
+                    OnStoreError::Allow => Decision::Allowed(sluice_core::Allowed {
+                        remaining: 0,
+                        reset_after: Duration::ZERO,
+                        delay: Duration::ZERO,
+                    }),
+                    OnStoreError::Deny => Decision::Denied(sluice_core::Denied {
+                        retry_after: Duration::from_secs(1),
+                        reset_after: Duration::from_secs(1),
+                    }),
+                    _ => self.fallback.check_at(key, now, cost),
+                };
+                let reason = (!decision.is_allowed()).then_some(match self.on_store_error {
+                    OnStoreError::Deny => Reason::StoreError,
+                    _ => Reason::Fallback,
+                });
+                (decision, reason, Some(e))
+            }
+        }
+    }
+
+    pub(crate) fn evict(&self, now: Nanos) -> usize {
+        let guard = self.over_limit.guard();
+        let before = self.over_limit.len();
+        self.over_limit.retain(|_, until| until.load(Ordering::Relaxed) > now, &guard);
+        before - self.over_limit.len() + self.fallback.evict_idle(now)
+    }
+
+    pub(crate) fn blocked(&self) -> usize {
+        self.over_limit.len()
+    }
+}

@@ -1,0 +1,36 @@
+//! Sluice's rate-limit engine: the rule table of every domain, and for each rule a `local`,
+//! `synced` or `exact` limiter (DESIGN.md sections 1, 2 and 7).
+//!
+//! The engine takes its [`sluice_core::Clock`] and its [`sluice_store::CounterStore`] as
+//! parameters, and a flush is a method anyone can drive ([`Engine::flush`]): `sluice serve`
+//! calls it from a timer, tests and the simulator call it directly with a manual clock.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice_core::{Clock, ManualClock};
+//! use sluice_engine::{Engine, EngineOptions};
+//! use sluice_store::MemoryStore;
+//!
+//! let domain = sluice_config::parse_domain(std::path::Path::new("d.yaml"),
+//!     "domain: d\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n").unwrap();
+//! let rules = sluice_config::RuleSet::new(vec![domain]).unwrap();
+//! let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_700_000_000_000_000_000));
+//! let store = Arc::new(MemoryStore::new(clock.clone()));
+//! let engine = Engine::new(&rules, &Default::default(), store, clock, EngineOptions::default());
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let request = [[("user", "alice")]];
+//! assert!(rt.block_on(engine.check("d", &request, 1)).unwrap().allowed);
+//! assert!(rt.block_on(engine.check("d", &request, 1)).unwrap().allowed);
+//! assert!(!rt.block_on(engine.check("d", &request, 1)).unwrap().allowed);
+//! ```
+
+mod descriptor_key;
+mod engine;
+mod exact;
+mod local;
+mod sketch;
+mod synced;
+mod verdict;
+
+pub use engine::{Engine, EngineError, EngineOptions, FlushReport};
+pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

@@ -1,0 +1,62 @@
+//! A fixed-memory count-min sketch per rule for keys beyond the rule's cap (DESIGN.md
+//! section 7), in the manner of pingora-limits: counts per window, never grows.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use sluice_core::Nanos;
+
+const DEPTH: usize = 4;
+const WIDTH: usize = 1 << 14;
+
+/// Over-estimating counts of untracked keys in the current window.
+pub(crate) struct OverflowSketch {
+    window: AtomicU64,
+    counters: Box<[AtomicU32]>,
+    seeds: [u64; DEPTH],
+}
+
+impl OverflowSketch {
+    pub(crate) fn new() -> Self {
+        Self {
+            window: AtomicU64::new(0),
+            counters: (0..DEPTH * WIDTH).map(|_| AtomicU32::new(0)).collect(),
+            seeds: [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0x85eb_ca77_c2b2_ae63],
+        }
+    }
+
+    fn slots(&self, key: &str) -> [usize; DEPTH] {
+        let mut out = [0; DEPTH];
+        for (row, seed) in self.seeds.iter().enumerate() {
+            let mut h = *seed;
+            for b in key.as_bytes() {
+                h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            h ^= h >> 29;
+            out[row] = row * WIDTH + (h as usize % WIDTH);
+        }
+        out
+    }
+
+    /// Admits `cost` for `key` if its estimated count in the window stays within `limit`.
+    /// The estimate never undercounts, so a key is never admitted beyond its limit; keys that
+    /// share cells with heavy keys may be denied early (the price of bounded memory).
+    pub(crate) fn check(&self, key: &str, now: Nanos, window_ns: u64, limit: u64, cost: u64) -> bool {
+        let w = now / window_ns;
+        let seen = self.window.load(Ordering::Relaxed);
+        if w > seen && self.window.compare_exchange(seen, w, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            for c in self.counters.iter() {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+        let slots = self.slots(key);
+        let estimate = slots.iter().map(|&i| u64::from(self.counters[i].load(Ordering::Relaxed))).min().unwrap_or(0);
+        if estimate + cost > limit {
+            return false;
+        }
+        let add = u32::try_from(cost).unwrap_or(u32::MAX);
+        for i in slots {
+            self.counters[i].fetch_add(add, Ordering::Relaxed);
+        }
+        true
+    }
+}

@@ -1,0 +1,453 @@
+//! `synced` mode (DESIGN.md section 1): counts in memory, one flush per span, and the
+//! `reactive` (seed) and `predictive` policies.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use papaya::HashMap;
+use sluice_config::Policy;
+use sluice_core::{Decision, Nanos};
+use sluice_store::{FlushItem, FlushOutcome, NodeEntry};
+
+use crate::verdict::Reason;
+
+type FastHasher = foldhash::fast::RandomState;
+
+/// A rule's synced settings.
+#[derive(Clone, Debug)]
+pub(crate) struct SyncedParams {
+    pub limit: u64,
+    pub window_ns: u64,
+    pub spans: u64,
+    pub span_ns: u64,
+    /// Zero: blocked until the window ends.
+    pub cooldown_ns: u64,
+    pub policy: Policy,
+    /// Add the previous window's weighted total (sliding window counter estimate).
+    pub sliding: bool,
+}
+
+impl SyncedParams {
+    fn ttl(&self) -> Duration {
+        Duration::from_nanos(self.window_ns.saturating_mul(2))
+    }
+}
+
+/// Another instance's entry for a key.
+#[derive(Clone, Debug)]
+struct Other {
+    node: Arc<str>,
+    count: u64,
+    /// When it flushed (store-corrected).
+    at: Nanos,
+    /// Demand, hits per nanosecond.
+    rate: f64,
+}
+
+/// One key's state. Guarded by its own mutex: different keys never contend.
+#[derive(Debug, Default)]
+pub(crate) struct KeyState {
+    initialized: bool,
+    window: u64,
+    /// Admitted here in `window`.
+    local: u64,
+    /// Admitted here in `window` and not yet sent.
+    unflushed: u64,
+    /// Sent in the flush in progress: (window, count).
+    in_flight: Option<(u64, u64)>,
+    /// Counts of the previous window that never reached the store.
+    carry: Option<(u64, u64)>,
+    carry_in_flight: Option<(u64, u64)>,
+    /// Window total read at the last flush, and `local` at that moment.
+    global: u64,
+    local_at_global: u64,
+    /// The previous window's totals (node estimate, sliding estimate).
+    prev_global: u64,
+    prev_local: u64,
+    span: u64,
+    span_count: u64,
+    blocked_until: Nanos,
+    /// Hits offered (admitted or not) since the last flush, and the demand EWMA in hits/ns.
+    offered: u64,
+    rate: f64,
+    rate_at: Nanos,
+    others: Vec<Other>,
+    seen_entries: bool,
+    last_hit: Nanos,
+}
+
+impl KeyState {
+    fn roll(&mut self, p: &SyncedParams, now: Nanos) {
+        let w = now / p.window_ns;
+        if !self.initialized {
+            self.initialized = true;
+            self.window = w;
+            // Demand is measured from the key's first sight, not from the epoch.
+            self.rate_at = now;
+            return;
+        }
+        if w <= self.window {
+            return;
+        }
+        let gap = w - self.window;
+        if self.unflushed > 0 {
+            // Nothing lost: the unsent count goes to its own window while that key lives
+            // (two windows). Older carries no longer matter for any decision.
+            let carried = match self.carry {
+                Some((cw, cc)) if cw == self.window => cc + self.unflushed,
+                _ => self.unflushed,
+            };
+            self.carry = (gap <= 1).then_some((self.window, carried));
+        } else if self.carry.is_some_and(|(cw, _)| w.saturating_sub(cw) > 1) {
+            self.carry = None;
+        }
+        let window_total = self.global + (self.local - self.local_at_global.min(self.local));
+        (self.prev_global, self.prev_local) = if gap == 1 {
+            (window_total.max(self.local), self.local)
+        } else {
+            (0, 0)
+        };
+        let window_start = w * p.window_ns;
+        for other in &mut self.others {
+            // Carry each instance's demand rate into the new window (DESIGN.md: "at the start
+            // of a window ... the others' demand rates from the previous window are used").
+            other.count = 0;
+            other.at = window_start;
+        }
+        self.window = w;
+        self.local = 0;
+        self.unflushed = 0;
+        self.global = 0;
+        self.local_at_global = 0;
+    }
+
+    /// The seed's node estimate: previous window's global / local, at least 1.
+    fn node_estimate(&self) -> u64 {
+        if self.prev_local == 0 {
+            return 1;
+        }
+        (self.prev_global / self.prev_local).max(1)
+    }
+
+    /// Predictive estimate of the global count in the window at `now`.
+    fn estimate(&self, p: &SyncedParams, now: Nanos, store_ok: bool) -> f64 {
+        let window_start = self.window * p.window_ns;
+        let mut others = 0.0;
+        for o in &self.others {
+            others += o.count as f64;
+            // An entry not refreshed for two spans belongs to an instance that left; while the
+            // store is silent nobody refreshes, so entries do not go stale then.
+            let live = !store_ok || now.saturating_sub(o.at) <= 2 * p.span_ns;
+            if live {
+                others += o.rate * now.saturating_sub(o.at.max(window_start)) as f64;
+            }
+        }
+        let own_since_read = self.local - self.local_at_global.min(self.local);
+        let mut estimate = (self.local as f64 + others).max((self.global + own_since_read) as f64);
+        if p.sliding {
+            let elapsed = now.saturating_sub(window_start).min(p.window_ns);
+            estimate += self.prev_global as f64 * (1.0 - elapsed as f64 / p.window_ns as f64);
+        }
+        estimate
+    }
+
+    fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
+        self.others.iter().filter(|o| now.saturating_sub(o.at) <= 2 * p.span_ns).count()
+    }
+
+    fn block(&mut self, p: &SyncedParams, now: Nanos) {
+        let window_end = (self.window + 1) * p.window_ns;
+        self.blocked_until = if p.cooldown_ns == 0 { window_end } else { now + p.cooldown_ns };
+    }
+
+    fn check(&mut self, p: &SyncedParams, now: Nanos, cost: u64, store_ok: bool) -> (Decision, Option<Reason>) {
+        self.roll(p, now);
+        let span = now / p.span_ns;
+        if span != self.span {
+            self.span = span;
+            self.span_count = 0;
+        }
+        self.last_hit = now;
+        let window_end = (self.window + 1) * p.window_ns;
+        let reset_after = window_end.saturating_sub(now);
+        if cost > p.limit {
+            return (Decision::InsufficientCapacity(sluice_core::InsufficientCapacity { cost, capacity: p.limit }), None);
+        }
+        self.offered += cost;
+        let denied = |retry: Nanos| {
+            Decision::Denied(sluice_core::Denied {
+                retry_after: Duration::from_nanos(retry.max(1)),
+                reset_after: Duration::from_nanos(reset_after),
+            })
+        };
+        if now < self.blocked_until {
+            return (denied(self.blocked_until - now), Some(Reason::GlobalBlock));
+        }
+        let nodes = self.node_estimate();
+        // The seed's fallback (and predictive's, for a key whose entries it never saw): while the
+        // store is unreachable, at most MAX/N per span per instance (scaled by the node estimate).
+        let use_fallback = !store_ok && (p.policy == Policy::Reactive || !self.seen_entries);
+        if use_fallback
+            && (self.span_count + cost).saturating_mul(nodes).saturating_mul(p.spans) > p.limit
+        {
+            self.block(p, now);
+            return (denied(self.blocked_until - now), Some(Reason::Fallback));
+        }
+        let used = match p.policy {
+            Policy::Reactive => {
+                if (self.local + cost).saturating_mul(nodes) > p.limit {
+                    return (denied(reset_after), Some(Reason::LocalBudget));
+                }
+                (self.global + self.local - self.local_at_global.min(self.local)).max(self.local * nodes)
+            }
+            _ => {
+                let estimate = self.estimate(p, now, store_ok);
+                if estimate + cost as f64 > p.limit as f64 {
+                    return (denied(reset_after), Some(Reason::Estimate));
+                }
+                estimate.ceil() as u64
+            }
+        };
+        self.local += cost;
+        self.unflushed += cost;
+        self.span_count += cost;
+        let remaining = p.limit.saturating_sub(used + cost);
+        (
+            Decision::Allowed(sluice_core::Allowed {
+                remaining,
+                reset_after: Duration::from_nanos(reset_after),
+                delay: Duration::ZERO,
+            }),
+            None,
+        )
+    }
+}
+
+/// A key tracked by a synced rule.
+#[derive(Debug)]
+pub(crate) struct SyncedKey {
+    pub store_key: Arc<str>,
+    pub state: Mutex<KeyState>,
+}
+
+impl SyncedKey {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, KeyState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One synced rule: its keys and parameters.
+pub(crate) struct SyncedRule {
+    pub params: SyncedParams,
+    pub keys: HashMap<String, Arc<SyncedKey>, FastHasher>,
+}
+
+/// What a flush needs to apply a reply to one key.
+pub(crate) struct PendingFlush {
+    pub key: Arc<SyncedKey>,
+    /// Index in the items of the carry item, if any.
+    pub carry_item: Option<usize>,
+    /// Index of the current-window item, if any.
+    pub window_item: Option<usize>,
+}
+
+impl SyncedRule {
+    pub(crate) fn new(params: SyncedParams) -> Self {
+        Self {
+            params,
+            keys: HashMap::builder()
+                .hasher(FastHasher::default())
+                .capacity(1024)
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
+        }
+    }
+
+    /// Checks a request against the key `key` (an encoded descriptor); `store_key` builds the
+    /// store key on first sight only.
+    pub(crate) fn check(
+        &self,
+        key: &str,
+        store_key: impl FnOnce() -> Arc<str>,
+        now: Nanos,
+        cost: u64,
+        store_ok: bool,
+    ) -> (Decision, Option<Reason>) {
+        let guard = self.keys.guard();
+        let entry = match self.keys.get(key, &guard) {
+            Some(k) => k,
+            None => self.keys.get_or_insert_with(
+                key.to_owned(),
+                || Arc::new(SyncedKey { store_key: store_key(), state: Mutex::new(KeyState::default()) }),
+                &guard,
+            ),
+        };
+        entry.lock().check(&self.params, now, cost, store_ok)
+    }
+
+    /// Snapshots every key with counts to send; removes idle keys. Returns the number evicted.
+    pub(crate) fn prepare_flush(
+        &self,
+        now: Nanos,
+        node: &Arc<str>,
+        items: &mut Vec<FlushItem>,
+        pending: &mut Vec<PendingFlush>,
+    ) -> usize {
+        let p = &self.params;
+        let guard = self.keys.guard();
+        let mut idle: Vec<String> = Vec::new();
+        for (name, key) in self.keys.iter(&guard) {
+            let mut s = key.lock();
+            s.roll(p, now);
+            let mut flush = PendingFlush { key: Arc::clone(key), carry_item: None, window_item: None };
+            if let Some((cw, cc)) = s.carry.take() {
+                flush.carry_item = Some(items.len());
+                items.push(FlushItem { key: key.store_key.clone(), window: cw, delta: cc, ttl: p.ttl(), entry: None });
+                s.carry_in_flight = Some((cw, cc));
+            }
+            if s.unflushed > 0 || s.offered > 0 {
+                let elapsed = now.saturating_sub(s.rate_at);
+                if elapsed > 0 {
+                    let sample = s.offered as f64 / elapsed as f64;
+                    s.rate = if s.rate == 0.0 { sample } else { 0.5 * s.rate + 0.5 * sample };
+                }
+                s.offered = 0;
+                s.rate_at = now;
+                let entry = (p.policy != Policy::Reactive).then(|| NodeEntry {
+                    node: node.clone(),
+                    count: s.local,
+                    at_ms: now / 1_000_000,
+                    rate_milli: (s.rate * 1e12) as u64,
+                });
+                flush.window_item = Some(items.len());
+                items.push(FlushItem { key: key.store_key.clone(), window: s.window, delta: s.unflushed, ttl: p.ttl(), entry });
+                s.in_flight = Some((s.window, s.unflushed));
+                s.unflushed = 0;
+            } else if s.carry_in_flight.is_none()
+                && s.in_flight.is_none()
+                && now.saturating_sub(s.last_hit) > 2 * p.window_ns
+                && now >= s.blocked_until
+            {
+                idle.push(name.clone());
+            }
+            if flush.carry_item.is_some() || flush.window_item.is_some() {
+                pending.push(flush);
+            }
+        }
+        for name in &idle {
+            self.keys.remove(name, &guard);
+        }
+        idle.len()
+    }
+
+    /// Applies a flush reply (or failure) to one key.
+    pub(crate) fn apply(
+        &self,
+        pending: &PendingFlush,
+        results: Option<&[Result<FlushOutcome, sluice_store::StoreError>]>,
+        node: &str,
+        now: Nanos,
+    ) -> bool {
+        let p = &self.params;
+        let mut s = pending.key.lock();
+        let mut ok = true;
+        if let (Some(i), Some((cw, cc))) = (pending.carry_item, s.carry_in_flight.take()) {
+            if !matches!(results.and_then(|r| r.get(i)), Some(Ok(_))) {
+                ok = false;
+                restore(&mut s, cw, cc);
+            }
+        }
+        let Some(i) = pending.window_item else { return ok };
+        let Some((fw, fc)) = s.in_flight.take() else { return ok };
+        match results.and_then(|r| r.get(i)) {
+            Some(Ok(outcome)) => {
+                if fw == s.window {
+                    s.global = outcome.total;
+                    // Our own count as of the snapshot is in the total; what came after is not.
+                    s.local_at_global = s.local - s.unflushed;
+                    s.prev_global = s.prev_global.max(outcome.previous_total);
+                    if !outcome.entries.is_empty() {
+                        s.seen_entries = true;
+                        let window_start = s.window * p.window_ns;
+                        let mut others: Vec<Other> = outcome
+                            .entries
+                            .iter()
+                            .filter(|e| &*e.node != node)
+                            .map(|e| Other {
+                                node: e.node.clone(),
+                                count: e.count,
+                                at: e.at_ms.saturating_mul(1_000_000),
+                                rate: e.rate_milli as f64 / 1e12,
+                            })
+                            .collect();
+                        // Instances known from the previous window that have not flushed in this
+                        // one yet keep their carried rate until they go stale.
+                        for o in s.others.drain(..) {
+                            if o.at <= window_start && !others.iter().any(|n| n.node == o.node) {
+                                others.push(o);
+                            }
+                        }
+                        s.others = others;
+                    }
+                    if outcome.total > p.limit {
+                        s.block(p, now);
+                    }
+                } else if fw + 1 == s.window {
+                    s.prev_global = s.prev_global.max(outcome.total);
+                }
+            }
+            _ => {
+                ok = false;
+                restore(&mut s, fw, fc);
+            }
+        }
+        ok
+    }
+
+    pub(crate) fn key_info(&self, key: &str, now: Nanos) -> Option<crate::KeyInfo> {
+        let guard = self.keys.guard();
+        let k = self.keys.get(key, &guard)?;
+        let mut s = k.lock();
+        s.roll(&self.params, now);
+        Some(crate::KeyInfo {
+            rule_id: Arc::from(""),
+            window: s.window,
+            local: s.local,
+            global: s.global,
+            live_instances: s.live_others(&self.params, now) + 1,
+            node_estimate: s.node_estimate(),
+            estimate: s.estimate(&self.params, now, true),
+            blocked_until: s.blocked_until,
+            unflushed: s.unflushed + s.carry.map_or(0, |c| c.1),
+        })
+    }
+
+    /// Live instances for the busiest key, blocked keys, and the largest node estimate.
+    pub(crate) fn gauges(&self, now: Nanos) -> (usize, usize, u64) {
+        let guard = self.keys.guard();
+        let (mut live, mut blocked, mut nodes) = (0, 0, 1);
+        for (_, key) in self.keys.iter(&guard) {
+            let s = key.lock();
+            live = live.max(s.live_others(&self.params, now) + 1);
+            if s.blocked_until > now {
+                blocked += 1;
+            }
+            nodes = nodes.max(s.node_estimate());
+        }
+        (live, blocked, nodes)
+    }
+}
+
+/// Puts a count that did not reach the store back where the next flush picks it up.
+fn restore(s: &mut KeyState, window: u64, count: u64) {
+    if window == s.window {
+        s.unflushed += count;
+    } else if window + 1 == s.window {
+        s.carry = Some(match s.carry {
+            Some((cw, cc)) if cw == window => (cw, cc + count),
+            _ => (window, count),
+        });
+    }
+    // Older than the previous window: its key has expired in the store and no decision
+    // depends on it any more.
+}

@@ -1,0 +1,186 @@
+//! Synced mode over the memory store, driven step by step with manual clocks: deterministic.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::*;
+use sluice_core::ManualClock;
+use sluice_store::{CounterKey, MemoryStore};
+
+/// Even traffic at `rate_factor` x the limit over `nodes` instances for `windows` windows.
+/// Returns admitted counts per window.
+async fn run_even(policy: &str, algorithm: &str, nodes: usize, skews: &[i64], rate_factor: u64, windows: u64) -> (BTreeMap<u64, u64>, u64) {
+    let limit = 300;
+    let window_ns = 60 * SECOND;
+    let rules = synced_rule(limit, "60s", 6, policy, algorithm);
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::new(&rules, store, &skews[..nodes], true);
+    let per_window = limit * rate_factor;
+    let step = window_ns / per_window;
+    let mut admitted = BTreeMap::new();
+    let mut denied = 0;
+    let mut t = T0;
+    for n in 0..per_window * windows {
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        let node = (n % nodes as u64) as usize;
+        if fleet.check(node, "alice").allowed {
+            *admitted.entry(window_of(t, window_ns)).or_default() += 1;
+        } else {
+            denied += 1;
+        }
+        t += step;
+    }
+    eprintln!("{policy}/{algorithm} nodes={nodes} skews={:?} x{rate_factor}: admitted per window {:?}, denied {denied}", &skews[..nodes], admitted.values().collect::<Vec<_>>());
+    (admitted, denied)
+}
+
+#[tokio::test]
+async fn predictive_stays_within_five_percent_at_twice_the_limit() {
+    let (admitted, _) = run_even("predictive", "fixed_window", 3, &[0, 0, 0], 2, 3).await;
+    assert_eq!(admitted.len(), 3);
+    for (w, count) in &admitted {
+        assert!(*count <= 315, "window {w}: admitted {count} > 300 + 5%");
+        assert!(*count >= 270, "window {w}: admitted only {count}; too many false denials");
+    }
+}
+
+#[tokio::test]
+async fn predictive_with_skewed_clocks_stays_within_five_percent() {
+    let (admitted, _) = run_even("predictive", "fixed_window", 5, &[-2000, -1000, 0, 1000, 2000], 2, 3).await;
+    for (w, count) in &admitted {
+        assert!(*count <= 315, "window {w}: admitted {count} > 300 + 5%");
+    }
+}
+
+#[tokio::test]
+async fn reactive_stays_within_the_seed_bound() {
+    // The seed's caveat: at most MAX/N per span per node over the limit.
+    let (admitted, _) = run_even("reactive", "fixed_window", 3, &[0, 0, 0], 2, 3).await;
+    let bound = 300 + 3 * 300 / 6;
+    for (w, count) in &admitted {
+        assert!(*count <= bound, "window {w}: admitted {count} > {bound}");
+    }
+}
+
+#[tokio::test]
+async fn traffic_under_the_limit_is_never_denied() {
+    let (admitted, denied) = run_even("predictive", "fixed_window", 3, &[0, 0, 0], 1, 3).await;
+    // Exactly the limit's worth of evenly spread traffic: at most a handful of denials at the
+    // very end of a window, where the extrapolation is ahead of the truth.
+    assert!(denied <= 9, "{denied} false denials; admitted {admitted:?}");
+}
+
+#[tokio::test]
+async fn an_instance_that_stops_drops_out_within_two_spans() {
+    let rules = synced_rule(300, "60s", 6, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::new(&rules, store, &[0, 0, 0], true);
+    let mut t = T0;
+    let step = SECOND / 2;
+    let live = |fleet: &Fleet| fleet.instances[0].engine.key_info("d", &[("user", "alice")])[0].live_instances;
+    // 25 s of traffic on all three (the third instance stops at 25 s).
+    for n in 0..50u64 {
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        fleet.check((n % 3) as usize, "alice");
+        t += step;
+    }
+    assert_eq!(live(&fleet), 3);
+    let mut n = 0u64;
+    let stopped_at = t;
+    while t < stopped_at + 3 * 10 * SECOND {
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        fleet.check((n % 2) as usize, "alice");
+        n += 1;
+        t += step;
+    }
+    // Three spans later (the third instance's last entry is at most one span older than its
+    // last hit), it no longer counts as live.
+    assert_eq!(live(&fleet), 2);
+}
+
+#[tokio::test]
+async fn store_outage_falls_back_and_loses_no_count() {
+    let limit = 600;
+    let rules = synced_rule(limit, "60s", 6, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::new(&rules, store.clone(), &[0, 0, 0], true);
+    let window_ns = 60 * SECOND;
+    let step = SECOND / 10;
+    let mut admitted: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut t = T0;
+    for n in 0..1800u64 {
+        // The store is down from 15 s to 45 s into the window.
+        let offset = t - T0;
+        store.set_available(!(15 * SECOND..45 * SECOND).contains(&offset));
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        if fleet.check((n % 3) as usize, "alice").allowed {
+            *admitted.entry(t / window_ns).or_default() += 1;
+        }
+        t += step;
+    }
+    // Final flushes with the store up, at the end of the same window.
+    store.set_available(true);
+    for i in &fleet.instances {
+        i.engine.flush().await;
+    }
+    let window = T0 / window_ns;
+    let key = CounterKey::new("d/user", &["alice"]);
+    assert_eq!(
+        store.total(key.as_str(), window),
+        admitted[&window],
+        "the store's total must equal the true total admitted (carried counts arrived)"
+    );
+    // 10 requests per second offered against 10 per second allowed: under the limit.
+    assert!(admitted[&window] <= limit + limit / 20, "admitted {}", admitted[&window]);
+}
+
+#[tokio::test]
+async fn skewed_clocks_agree_on_the_window_through_the_store_time() {
+    let rules = synced_rule(300, "60s", 6, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    // One instance is 5 s behind: without correction it would count into the previous window
+    // for the first 5 s of each window.
+    let fleet = Fleet::new(&rules, store, &[0, -5000], true);
+    fleet.set_time(T0 + 30 * SECOND);
+    store_clock.set(T0 + 30 * SECOND);
+    fleet.check(1, "alice");
+    fleet.instances[1].engine.flush().await;
+    let offset = fleet.instances[1].engine.clock_offset_ns();
+    assert_eq!(offset, 5_000_000_000);
+    assert_eq!(fleet.instances[1].engine.now(), T0 + 30 * SECOND);
+}
+
+#[tokio::test]
+async fn sliding_window_smooths_the_window_edge() {
+    // Fixed windows admit a full quota at the end of one window and another at the start of
+    // the next; the sliding estimate does not.
+    let rules = synced_rule(100, "60s", 6, "predictive", "sliding_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::new(&rules, store, &[0], true);
+    let mut t = T0 + 50 * SECOND;
+    let mut burst = |fleet: &Fleet, t: u64| {
+        store_clock.set(t);
+        fleet.set_time(t);
+        (0..100).filter(|_| fleet.check(0, "alice").allowed).count()
+    };
+    assert_eq!(burst(&fleet, t), 100);
+    fleet.instances[0].engine.flush().await;
+    t += 15 * SECOND; // 5 s into the next window: the previous window still weighs 11/12
+    let second = burst(&fleet, t);
+    assert!(second <= 10, "admitted {second} right after a full window");
+}
