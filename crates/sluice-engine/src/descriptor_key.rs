@@ -9,7 +9,10 @@ thread_local! {
 
 /// Runs `f` with the descriptor's values encoded as `<len>:<value>` pairs in a reused
 /// per-thread buffer, so looking up a tracked key allocates nothing.
-pub(crate) fn with_key<V: AsRef<str>, R>(values: impl Iterator<Item = V>, f: impl FnOnce(&str) -> R) -> R {
+pub(crate) fn with_key<V: AsRef<str>, R>(
+    values: impl Iterator<Item = V>,
+    f: impl FnOnce(&str) -> R,
+) -> R {
     BUFFER.with(|cell| {
         let mut buf = cell.borrow_mut();
         buf.clear();

@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
-use smallvec::SmallVec;
-use sluice_config::{Domain, Limit, Mode, Policy, RuleSet, RuleSettings, AlgorithmKind};
+use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, RuleSet, RuleSettings};
 use sluice_core::{Clock, Decision, Nanos};
 use sluice_store::{CounterKey, CounterStore, FlushItem, StoreError};
+use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
 use crate::exact::ExactRule;
@@ -135,7 +135,11 @@ impl Engine {
         clock: Arc<dyn Clock>,
         options: EngineOptions,
     ) -> Self {
-        let node: Arc<str> = options.node_id.clone().unwrap_or_else(|| default_node_id(&*clock)).into();
+        let node: Arc<str> = options
+            .node_id
+            .clone()
+            .unwrap_or_else(|| default_node_id(&*clock))
+            .into();
         let mut min_span_ns = u64::MAX;
         let mut domains = HashMap::new();
         for domain in rules.domains() {
@@ -146,7 +150,10 @@ impl Engine {
                     Limit::Unlimited => (RuleKind::Unlimited, "unlimited", None),
                     Limit::Limited(spec) => {
                         let r = spec.resolve(defaults);
-                        let window_algorithm = matches!(r.algorithm, AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow);
+                        let window_algorithm = matches!(
+                            r.algorithm,
+                            AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow
+                        );
                         let mode = match r.mode {
                             Mode::Synced if !options.shared_store => Mode::Local,
                             Mode::Synced if !window_algorithm => {
@@ -169,11 +176,27 @@ impl Engine {
                                     policy: r.policy,
                                     sliding: r.algorithm == AlgorithmKind::SlidingWindow,
                                 };
-                                let policy = if r.policy == Policy::Reactive { "reactive" } else { "predictive" };
+                                let policy = if r.policy == Policy::Reactive {
+                                    "reactive"
+                                } else {
+                                    "predictive"
+                                };
                                 (RuleKind::Synced(SyncedRule::new(params)), policy, limit)
                             }
-                            Mode::Exact => (RuleKind::Exact(ExactRule::new(&r, options.expected_instances, clock.clone())), "exact", limit),
-                            _ => (RuleKind::Local(LocalLimiter::new(&r, r.rate, clock.clone())), "local", limit),
+                            Mode::Exact => (
+                                RuleKind::Exact(ExactRule::new(
+                                    &r,
+                                    options.expected_instances,
+                                    clock.clone(),
+                                )),
+                                "exact",
+                                limit,
+                            ),
+                            _ => (
+                                RuleKind::Local(LocalLimiter::new(&r, r.rate, clock.clone())),
+                                "local",
+                                limit,
+                            ),
                         }
                     }
                 };
@@ -190,7 +213,13 @@ impl Engine {
                     allowed,
                 });
             }
-            domains.insert(domain.name().to_owned(), DomainTable { domain: domain.clone(), rules: engines });
+            domains.insert(
+                domain.name().to_owned(),
+                DomainTable {
+                    domain: domain.clone(),
+                    rules: engines,
+                },
+            );
         }
         Self {
             clock,
@@ -202,7 +231,11 @@ impl Engine {
             store_reached: AtomicBool::new(false),
             flushing: tokio::sync::Mutex::new(()),
             max_keys: options.max_keys_per_rule.max(1),
-            min_span_ns: if min_span_ns == u64::MAX { 0 } else { min_span_ns },
+            min_span_ns: if min_span_ns == u64::MAX {
+                0
+            } else {
+                min_span_ns
+            },
             follow_store_clock: options.follow_store_clock,
         }
     }
@@ -247,13 +280,21 @@ impl Engine {
     /// removes). Rules are counted in order and counting stops at the first enforcing denial,
     /// so a denied request does not use up the quota of the rules after it; those rules are
     /// still reported (queried at cost 0). Local and synced rules never wait on I/O.
-    pub async fn check<D, K, V>(&self, domain: &str, descriptors: &[D], cost: u64) -> Result<Verdict, EngineError>
+    pub async fn check<D, K, V>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        cost: u64,
+    ) -> Result<Verdict, EngineError>
     where
         D: AsRef<[(K, V)]>,
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let table = self.domains.get(domain).ok_or_else(|| EngineError::UnknownDomain(domain.to_owned()))?;
+        let table = self
+            .domains
+            .get(domain)
+            .ok_or_else(|| EngineError::UnknownDomain(domain.to_owned()))?;
         let mut matched: SmallVec<[(usize, &sluice_config::Rule); 8]> = SmallVec::new();
         for (i, d) in descriptors.iter().enumerate() {
             for rule in table.domain.match_descriptor(d.as_ref()) {
@@ -261,15 +302,25 @@ impl Engine {
             }
         }
         if matched.iter().any(|(_, r)| !r.replaces.is_empty()) {
-            let replaced: SmallVec<[&str; 8]> = matched.iter().flat_map(|(_, r)| r.replaces.iter().map(String::as_str)).collect();
+            let replaced: SmallVec<[&str; 8]> = matched
+                .iter()
+                .flat_map(|(_, r)| r.replaces.iter().map(String::as_str))
+                .collect();
             matched.retain(|(_, r)| r.name.as_deref().is_none_or(|n| !replaced.contains(&n)));
         }
         let now = self.now();
-        let mut verdict = Verdict { allowed: true, statuses: SmallVec::new() };
+        let mut verdict = Verdict {
+            allowed: true,
+            statuses: SmallVec::new(),
+        };
         for (di, rule) in matched {
             let engine = &table.rules[rule.index];
             let entries = descriptors[di].as_ref();
-            let rule_cost = if verdict.allowed || engine.shadow { cost } else { 0 };
+            let rule_cost = if verdict.allowed || engine.shadow {
+                cost
+            } else {
+                0
+            };
             let (decision, reason) = self.check_rule(engine, entries, now, rule_cost).await;
             let outcome = match (&engine.kind, decision) {
                 (RuleKind::Unlimited, _) => Outcome::Unlimited,
@@ -322,7 +373,14 @@ impl Engine {
             CounterKey::new(&engine.id, &values).as_str().into()
         };
         match &engine.kind {
-            RuleKind::Unlimited => (Decision::Allowed(sluice_core::Allowed { remaining: u64::MAX, reset_after: Duration::ZERO, delay: Duration::ZERO }), None),
+            RuleKind::Unlimited => (
+                Decision::Allowed(sluice_core::Allowed {
+                    remaining: u64::MAX,
+                    reset_after: Duration::ZERO,
+                    delay: Duration::ZERO,
+                }),
+                None,
+            ),
             RuleKind::Local(local) => with_key(values(), |key| {
                 if local.len() >= self.max_keys && !local.contains(key) {
                     return self.overflow(engine, key, now, cost);
@@ -342,9 +400,12 @@ impl Engine {
             }
             RuleKind::Exact(exact) => {
                 let key = with_key(values(), str::to_owned);
-                let (d, reason, error) = exact.check(&*self.store, &key, store_key(), now, cost).await;
+                let (d, reason, error) = exact
+                    .check(&*self.store, &key, store_key(), now, cost)
+                    .await;
                 if let Some(e) = error {
-                    counter!("sluice_store_errors_total", "kind" => store_error_kind(&e)).increment(1);
+                    counter!("sluice_store_errors_total", "kind" => store_error_kind(&e))
+                        .increment(1);
                     tracing::debug!(rule = %engine.id, error = %e, "exact-mode store call failed");
                 }
                 (d, reason)
@@ -352,31 +413,67 @@ impl Engine {
         }
     }
 
-    fn overflow(&self, engine: &RuleEngine, key: &str, now: Nanos, cost: u64) -> (Decision, Option<Reason>) {
+    fn overflow(
+        &self,
+        engine: &RuleEngine,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, Option<Reason>) {
         counter!("sluice_overflow_checks_total", "rule" => engine.id.to_string()).increment(1);
         let (limit, window) = engine.limit.unwrap_or((u64::MAX, Duration::from_secs(1)));
         let window_ns = sluice_core::duration_to_nanos(window).max(1);
         let reset = Duration::from_nanos(window_ns - now % window_ns);
-        if engine.overflow.get_or_init(OverflowSketch::new).check(key, now, window_ns, limit, cost) {
-            (Decision::Allowed(sluice_core::Allowed { remaining: 0, reset_after: reset, delay: Duration::ZERO }), None)
+        if engine
+            .overflow
+            .get_or_init(OverflowSketch::new)
+            .check(key, now, window_ns, limit, cost)
+        {
+            (
+                Decision::Allowed(sluice_core::Allowed {
+                    remaining: 0,
+                    reset_after: reset,
+                    delay: Duration::ZERO,
+                }),
+                None,
+            )
         } else {
-            (Decision::Denied(sluice_core::Denied { retry_after: reset, reset_after: reset }), Some(Reason::LocalBudget))
+            (
+                Decision::Denied(sluice_core::Denied {
+                    retry_after: reset,
+                    reset_after: reset,
+                }),
+                Some(Reason::LocalBudget),
+            )
         }
     }
 
     /// What this instance knows about one descriptor's keys under each matching synced rule
     /// (for the admin endpoint and tests).
-    pub fn key_info<K: AsRef<str>, V: AsRef<str>>(&self, domain: &str, entries: &[(K, V)]) -> Vec<KeyInfo> {
-        let Some(table) = self.domains.get(domain) else { return Vec::new() };
+    pub fn key_info<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+    ) -> Vec<KeyInfo> {
+        let Some(table) = self.domains.get(domain) else {
+            return Vec::new();
+        };
         let now = self.now();
         table
             .domain
             .match_descriptor(entries)
             .filter_map(|rule| {
                 let engine = &table.rules[rule.index];
-                let RuleKind::Synced(synced) = &engine.kind else { return None };
-                with_key(entries.iter().map(|(_, v)| v.as_ref()), |key| synced.key_info(key, now))
-                    .map(|info| KeyInfo { rule_id: engine.id.clone(), ..info })
+                let RuleKind::Synced(synced) = &engine.kind else {
+                    return None;
+                };
+                with_key(entries.iter().map(|(_, v)| v.as_ref()), |key| {
+                    synced.key_info(key, now)
+                })
+                .map(|info| KeyInfo {
+                    rule_id: engine.id.clone(),
+                    ..info
+                })
             })
             .collect()
     }
@@ -412,23 +509,30 @@ impl Engine {
                         let evicted = synced.prepare_flush(now, &self.node, &mut items, &mut mine);
                         report.evicted += evicted;
                         if evicted > 0 {
-                            counter!("sluice_evicted_keys_total", "rule" => engine.id.to_string()).increment(evicted as u64);
+                            counter!("sluice_evicted_keys_total", "rule" => engine.id.to_string())
+                                .increment(evicted as u64);
                         }
-                        gauge!("sluice_tracked_keys", "rule" => engine.id.to_string()).set(synced.keys.len() as f64);
+                        gauge!("sluice_tracked_keys", "rule" => engine.id.to_string())
+                            .set(synced.keys.len() as f64);
                         let (live, blocked, nodes) = synced.gauges(now);
-                        gauge!("sluice_live_instances", "rule" => engine.id.to_string()).set(live as f64);
-                        gauge!("sluice_blocked_keys", "rule" => engine.id.to_string()).set(blocked as f64);
-                        gauge!("sluice_node_estimate", "rule" => engine.id.to_string()).set(nodes as f64);
+                        gauge!("sluice_live_instances", "rule" => engine.id.to_string())
+                            .set(live as f64);
+                        gauge!("sluice_blocked_keys", "rule" => engine.id.to_string())
+                            .set(blocked as f64);
+                        gauge!("sluice_node_estimate", "rule" => engine.id.to_string())
+                            .set(nodes as f64);
                         pending.extend(mine.into_iter().map(|p| (engine, p)));
                     }
                     RuleKind::Local(local) => {
                         let evicted = local.evict_idle(raw_now);
                         report.evicted += evicted;
-                        gauge!("sluice_tracked_keys", "rule" => engine.id.to_string()).set(local.len() as f64);
+                        gauge!("sluice_tracked_keys", "rule" => engine.id.to_string())
+                            .set(local.len() as f64);
                     }
                     RuleKind::Exact(exact) => {
                         report.evicted += exact.evict(now);
-                        gauge!("sluice_blocked_keys", "rule" => engine.id.to_string()).set(exact.blocked() as f64);
+                        gauge!("sluice_blocked_keys", "rule" => engine.id.to_string())
+                            .set(exact.blocked() as f64);
                     }
                     RuleKind::Unlimited => {}
                 }
@@ -441,7 +545,8 @@ impl Engine {
         let sent = self.clock.now();
         let result = self.store.flush(&items).await;
         let received = self.clock.now();
-        histogram!("sluice_flush_duration_seconds").record(received.saturating_sub(sent) as f64 / 1e9);
+        histogram!("sluice_flush_duration_seconds")
+            .record(received.saturating_sub(sent) as f64 / 1e9);
         counter!("sluice_flush_items_total").increment(items.len() as u64);
         match result {
             Ok(reply) => {
@@ -451,12 +556,16 @@ impl Engine {
                 if let Some(store_time) = reply.store_time.filter(|_| self.follow_store_clock) {
                     let midpoint = sent / 2 + received / 2;
                     let offset = store_time as i128 - midpoint as i128;
-                    self.offset_ns.store(offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64, Ordering::Relaxed);
+                    self.offset_ns.store(
+                        offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
+                        Ordering::Relaxed,
+                    );
                     gauge!("sluice_clock_offset_seconds").set(offset as f64 / 1e9);
                 }
                 for result in &reply.results {
                     if let Err(e) = result {
-                        counter!("sluice_store_errors_total", "kind" => store_error_kind(e)).increment(1);
+                        counter!("sluice_store_errors_total", "kind" => store_error_kind(e))
+                            .increment(1);
                         tracing::warn!(error = %e, "flush of one key failed; its count is kept for the next flush");
                     }
                 }

@@ -28,10 +28,25 @@ impl ExactRule {
         let window_us = (limit.rate.window_ns() / 1000).max(1);
         let l = limit.rate.limit();
         let algorithm = match limit.algorithm {
-            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket => ExactAlgorithm::TokenBucket { limit: l, window_us, burst: limit.burst },
-            AlgorithmKind::SlidingWindow => ExactAlgorithm::SlidingWindow { limit: l, window_us },
-            AlgorithmKind::SlidingWindowLog => ExactAlgorithm::SlidingLog { limit: l, window_us },
-            _ => ExactAlgorithm::FixedWindow { limit: l, window_us },
+            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket => {
+                ExactAlgorithm::TokenBucket {
+                    limit: l,
+                    window_us,
+                    burst: limit.burst,
+                }
+            }
+            AlgorithmKind::SlidingWindow => ExactAlgorithm::SlidingWindow {
+                limit: l,
+                window_us,
+            },
+            AlgorithmKind::SlidingWindowLog => ExactAlgorithm::SlidingLog {
+                limit: l,
+                window_us,
+            },
+            _ => ExactAlgorithm::FixedWindow {
+                limit: l,
+                window_us,
+            },
         };
         let local_limit = (l / instances.max(1)).max(1);
         let fallback_rate = Rate::new(local_limit, limit.rate.window()).unwrap_or(limit.rate);
@@ -58,7 +73,10 @@ impl ExactRule {
                 if now < until {
                     let wait = Duration::from_nanos(until - now);
                     return (
-                        Decision::Denied(sluice_core::Denied { retry_after: wait, reset_after: wait }),
+                        Decision::Denied(sluice_core::Denied {
+                            retry_after: wait,
+                            reset_after: wait,
+                        }),
                         Some(Reason::CachedOverLimit),
                         None,
                     );
@@ -66,11 +84,19 @@ impl ExactRule {
                 self.over_limit.remove(key, &guard);
             }
         }
-        let request = ExactRequest { key: store_key, algorithm: self.algorithm, now_us: now / 1000, cost };
+        let request = ExactRequest {
+            key: store_key,
+            algorithm: self.algorithm,
+            now_us: now / 1000,
+            cost,
+        };
         match store.exact(&request).await {
             Ok(Decision::Denied(d)) => {
-                let until = now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
-                self.over_limit.pin().insert(key.to_owned(), AtomicU64::new(until));
+                let until =
+                    now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
+                self.over_limit
+                    .pin()
+                    .insert(key.to_owned(), AtomicU64::new(until));
                 (Decision::Denied(d), Some(Reason::Exact), None)
             }
             Ok(d) => (d, None, None),
@@ -99,7 +125,8 @@ impl ExactRule {
     pub(crate) fn evict(&self, now: Nanos) -> usize {
         let guard = self.over_limit.guard();
         let before = self.over_limit.len();
-        self.over_limit.retain(|_, until| until.load(Ordering::Relaxed) > now, &guard);
+        self.over_limit
+            .retain(|_, until| until.load(Ordering::Relaxed) > now, &guard);
         before - self.over_limit.len() + self.fallback.evict_idle(now)
     }
 

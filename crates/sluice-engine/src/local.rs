@@ -37,12 +37,36 @@ impl LocalLimiter {
     pub(crate) fn new(limit: &ResolvedLimit, rate: Rate, clock: SharedClock) -> Self {
         const PRESIZE: usize = 1024;
         match limit.algorithm {
-            AlgorithmKind::TokenBucket => Self::Gcra(KeyedLimiter::with_capacity(Gcra::with_burst(rate, limit.burst), clock, PRESIZE)),
-            AlgorithmKind::LeakyBucket => Self::LeakyBucket(KeyedLimiter::with_capacity(LeakyBucket::new(rate, limit.burst), clock, PRESIZE)),
-            AlgorithmKind::LeakyQueue => Self::LeakyQueue(KeyedLimiter::with_capacity(LeakyQueue::new(rate, limit.max_delay), clock, PRESIZE)),
-            AlgorithmKind::SlidingWindow => Self::SlidingWindow(KeyedLimiter::with_capacity(SlidingWindow::new(rate), clock, PRESIZE)),
-            AlgorithmKind::SlidingWindowLog => Self::SlidingLog(KeyedLimiter::with_capacity(SlidingLog::new(rate), clock, PRESIZE)),
-            _ => Self::FixedWindow(KeyedLimiter::with_capacity(FixedWindow::new(rate), clock, PRESIZE)),
+            AlgorithmKind::TokenBucket => Self::Gcra(KeyedLimiter::with_capacity(
+                Gcra::with_burst(rate, limit.burst),
+                clock,
+                PRESIZE,
+            )),
+            AlgorithmKind::LeakyBucket => Self::LeakyBucket(KeyedLimiter::with_capacity(
+                LeakyBucket::new(rate, limit.burst),
+                clock,
+                PRESIZE,
+            )),
+            AlgorithmKind::LeakyQueue => Self::LeakyQueue(KeyedLimiter::with_capacity(
+                LeakyQueue::new(rate, limit.max_delay),
+                clock,
+                PRESIZE,
+            )),
+            AlgorithmKind::SlidingWindow => Self::SlidingWindow(KeyedLimiter::with_capacity(
+                SlidingWindow::new(rate),
+                clock,
+                PRESIZE,
+            )),
+            AlgorithmKind::SlidingWindowLog => Self::SlidingLog(KeyedLimiter::with_capacity(
+                SlidingLog::new(rate),
+                clock,
+                PRESIZE,
+            )),
+            _ => Self::FixedWindow(KeyedLimiter::with_capacity(
+                FixedWindow::new(rate),
+                clock,
+                PRESIZE,
+            )),
         }
     }
 

@@ -20,7 +20,12 @@ impl OverflowSketch {
         Self {
             window: AtomicU64::new(0),
             counters: (0..DEPTH * WIDTH).map(|_| AtomicU32::new(0)).collect(),
-            seeds: [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0x85eb_ca77_c2b2_ae63],
+            seeds: [
+                0x9e37_79b9_7f4a_7c15,
+                0xc2b2_ae3d_27d4_eb4f,
+                0x1656_67b1_9e37_79f9,
+                0x85eb_ca77_c2b2_ae63,
+            ],
         }
     }
 
@@ -40,16 +45,32 @@ impl OverflowSketch {
     /// Admits `cost` for `key` if its estimated count in the window stays within `limit`.
     /// The estimate never undercounts, so a key is never admitted beyond its limit; keys that
     /// share cells with heavy keys may be denied early (the price of bounded memory).
-    pub(crate) fn check(&self, key: &str, now: Nanos, window_ns: u64, limit: u64, cost: u64) -> bool {
+    pub(crate) fn check(
+        &self,
+        key: &str,
+        now: Nanos,
+        window_ns: u64,
+        limit: u64,
+        cost: u64,
+    ) -> bool {
         let w = now / window_ns;
         let seen = self.window.load(Ordering::Relaxed);
-        if w > seen && self.window.compare_exchange(seen, w, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if w > seen
+            && self
+                .window
+                .compare_exchange(seen, w, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
             for c in self.counters.iter() {
                 c.store(0, Ordering::Relaxed);
             }
         }
         let slots = self.slots(key);
-        let estimate = slots.iter().map(|&i| u64::from(self.counters[i].load(Ordering::Relaxed))).min().unwrap_or(0);
+        let estimate = slots
+            .iter()
+            .map(|&i| u64::from(self.counters[i].load(Ordering::Relaxed)))
+            .min()
+            .unwrap_or(0);
         if estimate + cost > limit {
             return false;
         }

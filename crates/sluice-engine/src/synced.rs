@@ -152,15 +152,28 @@ impl KeyState {
     }
 
     fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
-        self.others.iter().filter(|o| now.saturating_sub(o.at) <= 2 * p.span_ns).count()
+        self.others
+            .iter()
+            .filter(|o| now.saturating_sub(o.at) <= 2 * p.span_ns)
+            .count()
     }
 
     fn block(&mut self, p: &SyncedParams, now: Nanos) {
         let window_end = (self.window + 1) * p.window_ns;
-        self.blocked_until = if p.cooldown_ns == 0 { window_end } else { now + p.cooldown_ns };
+        self.blocked_until = if p.cooldown_ns == 0 {
+            window_end
+        } else {
+            now + p.cooldown_ns
+        };
     }
 
-    fn check(&mut self, p: &SyncedParams, now: Nanos, cost: u64, store_ok: bool) -> (Decision, Option<Reason>) {
+    fn check(
+        &mut self,
+        p: &SyncedParams,
+        now: Nanos,
+        cost: u64,
+        store_ok: bool,
+    ) -> (Decision, Option<Reason>) {
         self.roll(p, now);
         let span = now / p.span_ns;
         if span != self.span {
@@ -171,7 +184,13 @@ impl KeyState {
         let window_end = (self.window + 1) * p.window_ns;
         let reset_after = window_end.saturating_sub(now);
         if cost > p.limit {
-            return (Decision::InsufficientCapacity(sluice_core::InsufficientCapacity { cost, capacity: p.limit }), None);
+            return (
+                Decision::InsufficientCapacity(sluice_core::InsufficientCapacity {
+                    cost,
+                    capacity: p.limit,
+                }),
+                None,
+            );
         }
         self.offered += cost;
         let denied = |retry: Nanos| {
@@ -188,7 +207,10 @@ impl KeyState {
         // store is unreachable, at most MAX/N per span per instance (scaled by the node estimate).
         let use_fallback = !store_ok && (p.policy == Policy::Reactive || !self.seen_entries);
         if use_fallback
-            && (self.span_count + cost).saturating_mul(nodes).saturating_mul(p.spans) > p.limit
+            && (self.span_count + cost)
+                .saturating_mul(nodes)
+                .saturating_mul(p.spans)
+                > p.limit
         {
             self.block(p, now);
             return (denied(self.blocked_until - now), Some(Reason::Fallback));
@@ -198,7 +220,8 @@ impl KeyState {
                 if (self.local + cost).saturating_mul(nodes) > p.limit {
                     return (denied(reset_after), Some(Reason::LocalBudget));
                 }
-                (self.global + self.local - self.local_at_global.min(self.local)).max(self.local * nodes)
+                (self.global + self.local - self.local_at_global.min(self.local))
+                    .max(self.local * nodes)
             }
             _ => {
                 let estimate = self.estimate(p, now, store_ok);
@@ -278,7 +301,12 @@ impl SyncedRule {
             Some(k) => k,
             None => self.keys.get_or_insert_with(
                 key.to_owned(),
-                || Arc::new(SyncedKey { store_key: store_key(), state: Mutex::new(KeyState::default()) }),
+                || {
+                    Arc::new(SyncedKey {
+                        store_key: store_key(),
+                        state: Mutex::new(KeyState::default()),
+                    })
+                },
                 &guard,
             ),
         };
@@ -299,17 +327,31 @@ impl SyncedRule {
         for (name, key) in self.keys.iter(&guard) {
             let mut s = key.lock();
             s.roll(p, now);
-            let mut flush = PendingFlush { key: Arc::clone(key), carry_item: None, window_item: None };
+            let mut flush = PendingFlush {
+                key: Arc::clone(key),
+                carry_item: None,
+                window_item: None,
+            };
             if let Some((cw, cc)) = s.carry.take() {
                 flush.carry_item = Some(items.len());
-                items.push(FlushItem { key: key.store_key.clone(), window: cw, delta: cc, ttl: p.ttl(), entry: None });
+                items.push(FlushItem {
+                    key: key.store_key.clone(),
+                    window: cw,
+                    delta: cc,
+                    ttl: p.ttl(),
+                    entry: None,
+                });
                 s.carry_in_flight = Some((cw, cc));
             }
             if s.unflushed > 0 || s.offered > 0 {
                 let elapsed = now.saturating_sub(s.rate_at);
                 if elapsed > 0 {
                     let sample = s.offered as f64 / elapsed as f64;
-                    s.rate = if s.rate == 0.0 { sample } else { 0.5 * s.rate + 0.5 * sample };
+                    s.rate = if s.rate == 0.0 {
+                        sample
+                    } else {
+                        0.5 * s.rate + 0.5 * sample
+                    };
                 }
                 s.offered = 0;
                 s.rate_at = now;
@@ -320,7 +362,13 @@ impl SyncedRule {
                     rate_milli: (s.rate * 1e12) as u64,
                 });
                 flush.window_item = Some(items.len());
-                items.push(FlushItem { key: key.store_key.clone(), window: s.window, delta: s.unflushed, ttl: p.ttl(), entry });
+                items.push(FlushItem {
+                    key: key.store_key.clone(),
+                    window: s.window,
+                    delta: s.unflushed,
+                    ttl: p.ttl(),
+                    entry,
+                });
                 s.in_flight = Some((s.window, s.unflushed));
                 s.unflushed = 0;
             } else if s.carry_in_flight.is_none()
@@ -351,14 +399,18 @@ impl SyncedRule {
         let p = &self.params;
         let mut s = pending.key.lock();
         let mut ok = true;
-        if let (Some(i), Some((cw, cc))) = (pending.carry_item, s.carry_in_flight.take()) {
-            if !matches!(results.and_then(|r| r.get(i)), Some(Ok(_))) {
-                ok = false;
-                restore(&mut s, cw, cc);
-            }
+        if let (Some(i), Some((cw, cc))) = (pending.carry_item, s.carry_in_flight.take())
+            && !matches!(results.and_then(|r| r.get(i)), Some(Ok(_)))
+        {
+            ok = false;
+            restore(&mut s, cw, cc);
         }
-        let Some(i) = pending.window_item else { return ok };
-        let Some((fw, fc)) = s.in_flight.take() else { return ok };
+        let Some(i) = pending.window_item else {
+            return ok;
+        };
+        let Some((fw, fc)) = s.in_flight.take() else {
+            return ok;
+        };
         match results.and_then(|r| r.get(i)) {
             Some(Ok(outcome)) => {
                 if fw == s.window {

@@ -11,7 +11,14 @@ use sluice_store::{CounterKey, MemoryStore};
 
 /// Even traffic at `rate_factor` x the limit over `nodes` instances for `windows` windows.
 /// Returns admitted counts per window.
-async fn run_even(policy: &str, algorithm: &str, nodes: usize, skews: &[i64], rate_factor: u64, windows: u64) -> (BTreeMap<u64, u64>, u64) {
+async fn run_even(
+    policy: &str,
+    algorithm: &str,
+    nodes: usize,
+    skews: &[i64],
+    rate_factor: u64,
+    windows: u64,
+) -> (BTreeMap<u64, u64>, u64) {
     let limit = 300;
     let window_ns = 60 * SECOND;
     let rules = synced_rule(limit, "60s", 6, policy, algorithm);
@@ -35,7 +42,11 @@ async fn run_even(policy: &str, algorithm: &str, nodes: usize, skews: &[i64], ra
         }
         t += step;
     }
-    eprintln!("{policy}/{algorithm} nodes={nodes} skews={:?} x{rate_factor}: admitted per window {:?}, denied {denied}", &skews[..nodes], admitted.values().collect::<Vec<_>>());
+    eprintln!(
+        "{policy}/{algorithm} nodes={nodes} skews={:?} x{rate_factor}: admitted per window {:?}, denied {denied}",
+        &skews[..nodes],
+        admitted.values().collect::<Vec<_>>()
+    );
     (admitted, denied)
 }
 
@@ -45,13 +56,24 @@ async fn predictive_stays_within_five_percent_at_twice_the_limit() {
     assert_eq!(admitted.len(), 3);
     for (w, count) in &admitted {
         assert!(*count <= 315, "window {w}: admitted {count} > 300 + 5%");
-        assert!(*count >= 270, "window {w}: admitted only {count}; too many false denials");
+        assert!(
+            *count >= 270,
+            "window {w}: admitted only {count}; too many false denials"
+        );
     }
 }
 
 #[tokio::test]
 async fn predictive_with_skewed_clocks_stays_within_five_percent() {
-    let (admitted, _) = run_even("predictive", "fixed_window", 5, &[-2000, -1000, 0, 1000, 2000], 2, 3).await;
+    let (admitted, _) = run_even(
+        "predictive",
+        "fixed_window",
+        5,
+        &[-2000, -1000, 0, 1000, 2000],
+        2,
+        3,
+    )
+    .await;
     for (w, count) in &admitted {
         assert!(*count <= 315, "window {w}: admitted {count} > 300 + 5%");
     }
@@ -83,7 +105,12 @@ async fn an_instance_that_stops_drops_out_within_two_spans() {
     let fleet = Fleet::new(&rules, store, &[0, 0, 0], true);
     let mut t = T0;
     let step = SECOND / 2;
-    let live = |fleet: &Fleet| fleet.instances[0].engine.key_info("d", &[("user", "alice")])[0].live_instances;
+    let live = |fleet: &Fleet| {
+        fleet.instances[0]
+            .engine
+            .key_info("d", &[("user", "alice")])[0]
+            .live_instances
+    };
     // 25 s of traffic on all three (the third instance stops at 25 s).
     for n in 0..50u64 {
         store_clock.set(t);
@@ -144,7 +171,11 @@ async fn store_outage_falls_back_and_loses_no_count() {
         "the store's total must equal the true total admitted (carried counts arrived)"
     );
     // 10 requests per second offered against 10 per second allowed: under the limit.
-    assert!(admitted[&window] <= limit + limit / 20, "admitted {}", admitted[&window]);
+    assert!(
+        admitted[&window] <= limit + limit / 20,
+        "admitted {}",
+        admitted[&window]
+    );
 }
 
 #[tokio::test]
@@ -173,7 +204,7 @@ async fn sliding_window_smooths_the_window_edge() {
     let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
     let fleet = Fleet::new(&rules, store, &[0], true);
     let mut t = T0 + 50 * SECOND;
-    let mut burst = |fleet: &Fleet, t: u64| {
+    let burst = |fleet: &Fleet, t: u64| {
         store_clock.set(t);
         fleet.set_time(t);
         (0..100).filter(|_| fleet.check(0, "alice").allowed).count()

@@ -121,7 +121,11 @@ pub fn decide_in_memory(
             let (d, s) = alg.check(prev, request.now_us, request.cost);
             (d, ExactState::Fixed(s))
         }
-        ExactAlgorithm::TokenBucket { limit, window_us, burst } => {
+        ExactAlgorithm::TokenBucket {
+            limit,
+            window_us,
+            burst,
+        } => {
             let alg = Gcra::with_burst(ExactAlgorithm::rate(limit, window_us)?, burst);
             let prev = match state {
                 Some(ExactState::Gcra(s)) => s,

@@ -25,8 +25,14 @@ impl CounterKey {
             hasher.write_usize(v.as_ref().len());
             hasher.write(v.as_ref().as_bytes());
         }
-        let mut key = String::with_capacity(KEY_PREFIX.len() + 20 + rule_id.len() + 8 * values.len());
-        let _ = write!(key, "{KEY_PREFIX}{{{:016x}}}:{}:{rule_id}", hasher.finish(), rule_id.len());
+        let mut key =
+            String::with_capacity(KEY_PREFIX.len() + 20 + rule_id.len() + 8 * values.len());
+        let _ = write!(
+            key,
+            "{KEY_PREFIX}{{{:016x}}}:{}:{rule_id}",
+            hasher.finish(),
+            rule_id.len()
+        );
         for v in values {
             let v = v.as_ref();
             let _ = write!(key, "{}:{v}", v.len());
@@ -51,7 +57,11 @@ impl Hasher for Fnv {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
         for b in bytes {
             h ^= u64::from(*b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);

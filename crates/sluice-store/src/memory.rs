@@ -59,7 +59,8 @@ impl MemoryStore {
 
     /// Delays every call by `latency` (tokio time).
     pub fn set_latency(&self, latency: Duration) {
-        self.latency_ns.store(duration_to_nanos(latency), Ordering::Relaxed);
+        self.latency_ns
+            .store(duration_to_nanos(latency), Ordering::Relaxed);
     }
 
     /// Round trips served so far (a flush is one, an exact decision is one).
@@ -156,12 +157,11 @@ impl MemoryStore {
             .get(&request.key)
             .filter(|(_, exp)| *exp > now)
             .map(|(s, _)| s.clone());
-        let (decision, next) = decide_in_memory(request, previous).ok_or_else(|| {
-            StoreError::BadReply {
+        let (decision, next) =
+            decide_in_memory(request, previous).ok_or_else(|| StoreError::BadReply {
                 key: request.key.to_string(),
                 detail: "invalid exact-mode parameters (zero limit or window)".into(),
-            }
-        })?;
+            })?;
         // Keep state for two windows past the last use, like the Redis scripts.
         let ttl = request.algorithm.window_us().saturating_mul(2_000);
         state

@@ -31,16 +31,31 @@ async fn flush_semantics(store: &dyn CounterStore) {
     let k = CounterKey::new("t/user", &["alice"]);
     let other = CounterKey::new("t/user", &["bob"]);
     let reply = store
-        .flush(&[item(&k, 10, 5, None), item(&other, 10, 1, None), item(&k, 9, 2, None)])
+        .flush(&[
+            item(&k, 10, 5, None),
+            item(&other, 10, 1, None),
+            item(&k, 9, 2, None),
+        ])
         .await
         .unwrap();
     // One round trip, plus two to load the script when the server did not have it yet.
-    assert!(reply.round_trips == 1 || reply.round_trips == 3, "{}", reply.round_trips);
+    assert!(
+        reply.round_trips == 1 || reply.round_trips == 3,
+        "{}",
+        reply.round_trips
+    );
     assert!(reply.store_time.is_some());
-    let totals: Vec<u64> = reply.results.iter().map(|r| r.as_ref().unwrap().total).collect();
+    let totals: Vec<u64> = reply
+        .results
+        .iter()
+        .map(|r| r.as_ref().unwrap().total)
+        .collect();
     assert_eq!(totals, [5, 1, 2]);
     let reply = store
-        .flush(&[item(&k, 10, 3, Some(("node-a", 8))), item(&k, 10, 0, Some(("node-b", 1)))])
+        .flush(&[
+            item(&k, 10, 3, Some(("node-a", 8))),
+            item(&k, 10, 0, Some(("node-b", 1))),
+        ])
         .await
         .unwrap();
     assert_eq!(reply.round_trips, 1);
@@ -49,9 +64,19 @@ async fn flush_semantics(store: &dyn CounterStore) {
     assert_eq!(a.entries.len(), 1);
     let b = reply.results[1].as_ref().unwrap();
     assert_eq!(b.total, 8);
-    let mut nodes: Vec<_> = b.entries.iter().map(|e| (e.node.to_string(), e.count, e.rate_milli)).collect();
+    let mut nodes: Vec<_> = b
+        .entries
+        .iter()
+        .map(|e| (e.node.to_string(), e.count, e.rate_milli))
+        .collect();
     nodes.sort();
-    assert_eq!(nodes, [("node-a".to_owned(), 8, 2500), ("node-b".to_owned(), 1, 2500)]);
+    assert_eq!(
+        nodes,
+        [
+            ("node-a".to_owned(), 8, 2500),
+            ("node-b".to_owned(), 1, 2500)
+        ]
+    );
 }
 
 #[tokio::test]
@@ -90,7 +115,10 @@ async fn a_key_of_the_wrong_type_fails_alone_with_a_clear_error() {
     }
     match &reply.results[1] {
         Err(StoreError::BadReply { detail, .. }) => {
-            assert!(detail.contains("previous window total is not a count"), "{detail}");
+            assert!(
+                detail.contains("previous window total is not a count"),
+                "{detail}"
+            );
         }
         other => panic!("expected a bad reply, got {other:?}"),
     }
@@ -113,7 +141,11 @@ async fn a_dead_server_fails_fast_and_recovers() {
     let mut recovered = false;
     for _ in 0..50 {
         if let Ok(reply) = store.flush(&[item(&k, 1, 1, None)]).await {
-            assert_eq!(reply.results[0].as_ref().unwrap().total, 1, "restarted server is empty");
+            assert_eq!(
+                reply.results[0].as_ref().unwrap().total,
+                1,
+                "restarted server is empty"
+            );
             recovered = true;
             break;
         }
@@ -139,15 +171,30 @@ async fn exact_scripts_agree_with_the_core_algorithms() {
     let store = RedisStore::open(&redis.url(), RedisStoreOptions::default()).unwrap();
     let memory = MemoryStore::new(Arc::new(ManualClock::new(1_700_000_000_000_000_000)));
     let algorithms = [
-        ExactAlgorithm::FixedWindow { limit: 5, window_us: 1_000_000 },
-        ExactAlgorithm::TokenBucket { limit: 5, window_us: 1_000_000, burst: 3 },
-        ExactAlgorithm::SlidingWindow { limit: 7, window_us: 2_000_000 },
-        ExactAlgorithm::SlidingLog { limit: 4, window_us: 1_500_000 },
+        ExactAlgorithm::FixedWindow {
+            limit: 5,
+            window_us: 1_000_000,
+        },
+        ExactAlgorithm::TokenBucket {
+            limit: 5,
+            window_us: 1_000_000,
+            burst: 3,
+        },
+        ExactAlgorithm::SlidingWindow {
+            limit: 7,
+            window_us: 2_000_000,
+        },
+        ExactAlgorithm::SlidingLog {
+            limit: 4,
+            window_us: 1_500_000,
+        },
     ];
     let mut compared = 0;
     for (i, algorithm) in algorithms.into_iter().enumerate() {
         let mut rng = Rng(0x5eed + i as u64);
-        let key: Arc<str> = CounterKey::new(&format!("conf/{i}"), &["k"]).as_str().into();
+        let key: Arc<str> = CounterKey::new(&format!("conf/{i}"), &["k"])
+            .as_str()
+            .into();
         let mut now_us = 1_700_000_000_000_000u64;
         let (mut allowed, mut denied) = (0, 0);
         for step in 0..400 {
@@ -162,10 +209,18 @@ async fn exact_scripts_agree_with_the_core_algorithms() {
                 1 => 1 + rng.next() % 8,
                 _ => 1,
             };
-            let request = ExactRequest { key: key.clone(), algorithm, now_us, cost };
+            let request = ExactRequest {
+                key: key.clone(),
+                algorithm,
+                now_us,
+                cost,
+            };
             let expected = memory.exact(&request).await.unwrap();
             let actual = store.exact(&request).await.unwrap();
-            assert_eq!(actual, expected, "{algorithm:?} step {step} at {now_us} cost {cost}");
+            assert_eq!(
+                actual, expected,
+                "{algorithm:?} step {step} at {now_us} cost {cost}"
+            );
             match expected {
                 Decision::Allowed(_) => allowed += 1,
                 Decision::Denied(_) => denied += 1,
@@ -173,7 +228,10 @@ async fn exact_scripts_agree_with_the_core_algorithms() {
             }
             compared += 1;
         }
-        assert!(allowed > 20 && denied > 20, "{algorithm:?}: sequence too one-sided ({allowed} allowed, {denied} denied)");
+        assert!(
+            allowed > 20 && denied > 20,
+            "{algorithm:?}: sequence too one-sided ({allowed} allowed, {denied} denied)"
+        );
     }
     assert_eq!(compared, 1600);
 }

@@ -34,10 +34,9 @@ pub fn redis_available() -> bool {
 
 /// Sends `PING` and waits for `+PONG`.
 pub fn ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(
-        &([127, 0, 0, 1], port).into(),
-        Duration::from_millis(200),
-    ) else {
+    let Ok(mut stream) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+    else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
@@ -65,11 +64,23 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    persistent: bool,
 }
 
 impl RedisServer {
     /// Starts a server and waits until it answers `PING`.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts a server that writes every command to an append-only file (`appendfsync
+    /// always`), so a restart after [`RedisServer::kill`] keeps every acknowledged write, as a
+    /// production master with AOF would.
+    pub fn start_persistent() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(persistent: bool) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create redis dir");
@@ -77,6 +88,7 @@ impl RedisServer {
             port,
             dir,
             child: None,
+            persistent,
         };
         server.spawn();
         server
@@ -87,12 +99,15 @@ impl RedisServer {
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
-            .args(["--appendonly", "no"])
+            .args(["--appendonly", if self.persistent { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
             .args(["--dir", &self.dir.display().to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server is not installed: run the README test command, which installs it");
+            .expect(
+                "redis-server is not installed: run the README test command, which installs it",
+            );
         self.child = Some(child);
         for _ in 0..200 {
             if ping(self.port) {
@@ -100,7 +115,10 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        panic!("redis-server on port {} did not answer PING within 2 s", self.port);
+        panic!(
+            "redis-server on port {} did not answer PING within 2 s",
+            self.port
+        );
     }
 
     /// The port.
@@ -121,7 +139,7 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port (with no data: persistence is off).
+    /// Starts the server again on the same port (with no data unless started persistent).
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();

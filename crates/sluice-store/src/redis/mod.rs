@@ -103,14 +103,23 @@ fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
         detail,
     };
     let Value::Array(parts) = v else {
-        return Err(bad(format!("expected an array from the flush script, got {v:?}")));
+        return Err(bad(format!(
+            "expected an array from the flush script, got {v:?}"
+        )));
     };
     let [total, previous, entries] = parts.as_slice() else {
-        return Err(bad(format!("expected 3 values from the flush script, got {}", parts.len())));
+        return Err(bad(format!(
+            "expected 3 values from the flush script, got {}",
+            parts.len()
+        )));
     };
-    let total = as_u64(total).ok_or_else(|| bad(format!("window total is not a count: {total:?}")))?;
-    let previous_total = as_u64(previous)
-        .ok_or_else(|| bad(format!("previous window total is not a count: {previous:?}")))?;
+    let total =
+        as_u64(total).ok_or_else(|| bad(format!("window total is not a count: {total:?}")))?;
+    let previous_total = as_u64(previous).ok_or_else(|| {
+        bad(format!(
+            "previous window total is not a count: {previous:?}"
+        ))
+    })?;
     let mut out = Vec::new();
     match entries {
         Value::Array(flat) => {
@@ -121,8 +130,11 @@ fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
                 let (Some(node), Some(entry)) = (as_str(node), as_str(entry)) else {
                     return Err(bad("per-node entry is not text".into()));
                 };
-                let decoded = NodeEntry::decode(&node, &entry)
-                    .ok_or_else(|| bad(format!("per-node entry `{entry}` of `{node}` is not `count:at_ms:rate`")))?;
+                let decoded = NodeEntry::decode(&node, &entry).ok_or_else(|| {
+                    bad(format!(
+                        "per-node entry `{entry}` of `{node}` is not `count:at_ms:rate`"
+                    ))
+                })?;
                 out.push(decoded);
             }
         }
@@ -131,7 +143,10 @@ fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
                 let (Some(node), Some(entry)) = (as_str(node), as_str(entry)) else {
                     return Err(bad("per-node entry is not text".into()));
                 };
-                out.push(NodeEntry::decode(&node, &entry).ok_or_else(|| bad(format!("per-node entry `{entry}` is malformed")))?);
+                out.push(
+                    NodeEntry::decode(&node, &entry)
+                        .ok_or_else(|| bad(format!("per-node entry `{entry}` is malformed")))?,
+                );
             }
         }
         other => return Err(bad(format!("per-node entries are not a list: {other:?}"))),
@@ -147,7 +162,8 @@ fn parse_time(v: &Value) -> Option<Nanos> {
     let Value::Array(parts) = v else { return None };
     let secs = as_u64(parts.first()?)?;
     let micros = as_u64(parts.get(1)?)?;
-    Some(secs.checked_mul(1_000_000_000)?.checked_add(micros * 1000)?)
+    secs.checked_mul(1_000_000_000)?
+        .checked_add(micros.checked_mul(1000)?)
 }
 
 fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, StoreError> {
@@ -156,9 +172,15 @@ fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, StoreError> 
         detail,
     };
     let Value::Array(parts) = v else {
-        return Err(bad(format!("expected an array from the exact script, got {v:?}")));
+        return Err(bad(format!(
+            "expected an array from the exact script, got {v:?}"
+        )));
     };
-    let nums: Vec<u64> = parts.iter().map(as_u64).collect::<Option<_>>().ok_or_else(|| bad(format!("non-numeric reply {parts:?}")))?;
+    let nums: Vec<u64> = parts
+        .iter()
+        .map(as_u64)
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad(format!("non-numeric reply {parts:?}")))?;
     let [code, remaining, reset_us, retry_us] = nums.as_slice() else {
         return Err(bad(format!("expected 4 numbers, got {}", nums.len())));
     };
@@ -194,7 +216,8 @@ impl RedisStore {
     /// A store for the server at `url` (`redis://[user:pass@]host:port/db` or `rediss://...`).
     /// Does not connect yet.
     pub fn open(url: &str, options: RedisStoreOptions) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| StoreError::Refused(format!("invalid Redis URL: {e}")))?;
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::Refused(format!("invalid Redis URL: {e}")))?;
         Ok(Self {
             client,
             connection: OnceCell::new(),
@@ -213,13 +236,17 @@ impl RedisStore {
                     .set_response_timeout(Some(self.options.timeout))
                     .set_number_of_retries(2)
                     .set_max_delay(self.options.max_backoff);
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config).map_err(|e| map_error(&e))
+                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+                    .map_err(|e| map_error(&e))
             })
             .await?;
         Ok(connection.clone())
     }
 
-    async fn with_timeout<T>(&self, f: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    async fn with_timeout<T>(
+        &self,
+        f: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         tokio::time::timeout(self.options.timeout, f)
             .await
             .unwrap_or(Err(StoreError::Timeout(self.options.timeout)))
@@ -227,8 +254,18 @@ impl RedisStore {
 
     async fn load_scripts(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
         let s = &self.scripts;
-        for script in [&s.flush, &s.fixed_window, &s.token_bucket, &s.sliding_window, &s.sliding_log] {
-            script.prepare_invoke().load_async(conn).await.map_err(|e| map_error(&e))?;
+        for script in [
+            &s.flush,
+            &s.fixed_window,
+            &s.token_bucket,
+            &s.sliding_window,
+            &s.sliding_log,
+        ] {
+            script
+                .prepare_invoke()
+                .load_async(conn)
+                .await
+                .map_err(|e| map_error(&e))?;
         }
         Ok(())
     }
@@ -240,7 +277,9 @@ impl RedisStore {
             let window_key = format!("{}:{}", item.key, item.window);
             let nodes_key = format!("{window_key}:n");
             let previous_key = format!("{}:{}", item.key, item.window.saturating_sub(1));
-            let ttl_ms = u64::try_from(item.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+            let ttl_ms = u64::try_from(item.ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1);
             let (node, entry) = match &item.entry {
                 Some(e) => (e.node.to_string(), e.encode()),
                 None => (String::new(), String::new()),
@@ -271,7 +310,10 @@ impl RedisStore {
             .await
             .map_err(|e| map_error(&e))?;
         let mut round_trips = 1;
-        let store_time = raw.last().and_then(|t| t.as_ref().ok()).and_then(parse_time);
+        let store_time = raw
+            .last()
+            .and_then(|t| t.as_ref().ok())
+            .and_then(parse_time);
         let mut results: Vec<Result<FlushOutcome, StoreError>> = Vec::with_capacity(items.len());
         let mut missing_script = Vec::new();
         for (i, (item, reply)) in items.iter().zip(&raw).enumerate() {
@@ -318,15 +360,32 @@ impl RedisStore {
     async fn exact_inner(&self, request: &ExactRequest) -> Result<Decision, StoreError> {
         let mut conn = self.connection().await?;
         let key = &*request.key;
-        let (script, keys, extra): (&redis::Script, Vec<String>, Option<u64>) = match request.algorithm {
-            ExactAlgorithm::FixedWindow { .. } => (&self.scripts.fixed_window, vec![format!("{key}:fw")], None),
-            ExactAlgorithm::TokenBucket { burst, .. } => (&self.scripts.token_bucket, vec![format!("{key}:tb")], Some(burst)),
-            ExactAlgorithm::SlidingWindow { .. } => (&self.scripts.sliding_window, vec![format!("{key}:sw")], None),
-            ExactAlgorithm::SlidingLog { .. } => (&self.scripts.sliding_log, vec![format!("{key}:log"), format!("{key}:logm")], None),
-        };
+        let (script, keys, extra): (&redis::Script, Vec<String>, Option<u64>) =
+            match request.algorithm {
+                ExactAlgorithm::FixedWindow { .. } => {
+                    (&self.scripts.fixed_window, vec![format!("{key}:fw")], None)
+                }
+                ExactAlgorithm::TokenBucket { burst, .. } => (
+                    &self.scripts.token_bucket,
+                    vec![format!("{key}:tb")],
+                    Some(burst),
+                ),
+                ExactAlgorithm::SlidingWindow { .. } => (
+                    &self.scripts.sliding_window,
+                    vec![format!("{key}:sw")],
+                    None,
+                ),
+                ExactAlgorithm::SlidingLog { .. } => (
+                    &self.scripts.sliding_log,
+                    vec![format!("{key}:log"), format!("{key}:logm")],
+                    None,
+                ),
+            };
         let (limit, window_us) = match request.algorithm {
             ExactAlgorithm::FixedWindow { limit, window_us }
-            | ExactAlgorithm::TokenBucket { limit, window_us, .. }
+            | ExactAlgorithm::TokenBucket {
+                limit, window_us, ..
+            }
             | ExactAlgorithm::SlidingWindow { limit, window_us }
             | ExactAlgorithm::SlidingLog { limit, window_us } => (limit, window_us),
         };
@@ -334,14 +393,23 @@ impl RedisStore {
         for k in &keys {
             invocation.key(k);
         }
-        invocation.arg(request.now_us).arg(window_us).arg(limit).arg(request.cost);
+        invocation
+            .arg(request.now_us)
+            .arg(window_us)
+            .arg(limit)
+            .arg(request.cost);
         if let Some(burst) = extra {
             invocation.arg(burst);
         }
         // `invoke_async` sends EVALSHA and loads the script on NOSCRIPT.
         let reply: Value = invocation.invoke_async(&mut conn).await.map_err(|e| {
-            if e.code() == Some("WRONGTYPE") || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) {
-                StoreError::BadReply { key: key.to_owned(), detail: e.to_string() }
+            if e.code() == Some("WRONGTYPE")
+                || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+            {
+                StoreError::BadReply {
+                    key: key.to_owned(),
+                    detail: e.to_string(),
+                }
             } else {
                 map_error(&e)
             }
@@ -351,8 +419,14 @@ impl RedisStore {
 
     async fn time_inner(&self) -> Result<Nanos, StoreError> {
         let mut conn = self.connection().await?;
-        let v: Value = redis::cmd("TIME").query_async(&mut conn).await.map_err(|e| map_error(&e))?;
-        parse_time(&v).ok_or_else(|| StoreError::BadReply { key: "TIME".into(), detail: format!("{v:?}") })
+        let v: Value = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        parse_time(&v).ok_or_else(|| StoreError::BadReply {
+            key: "TIME".into(),
+            detail: format!("{v:?}"),
+        })
     }
 }
 

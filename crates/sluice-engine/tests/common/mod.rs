@@ -46,7 +46,12 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    pub fn new(rules: &RuleSet, store: Arc<dyn CounterStore>, skews_ms: &[i64], follow_store_clock: bool) -> Self {
+    pub fn new(
+        rules: &RuleSet,
+        store: Arc<dyn CounterStore>,
+        skews_ms: &[i64],
+        follow_store_clock: bool,
+    ) -> Self {
         let instances = skews_ms
             .iter()
             .enumerate()
@@ -57,9 +62,17 @@ impl Fleet {
                     &Default::default(),
                     store.clone(),
                     Arc::new(clock.clone()) as Arc<dyn Clock>,
-                    EngineOptions { node_id: Some(format!("node-{i}")), follow_store_clock, ..EngineOptions::default() },
+                    EngineOptions {
+                        node_id: Some(format!("node-{i}")),
+                        follow_store_clock,
+                        ..EngineOptions::default()
+                    },
                 );
-                Instance { clock, skew: skew * 1_000_000, engine: Arc::new(engine) }
+                Instance {
+                    clock,
+                    skew: skew * 1_000_000,
+                    engine: Arc::new(engine),
+                }
             })
             .collect();
         Self { instances }

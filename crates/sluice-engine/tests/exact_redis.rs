@@ -1,0 +1,92 @@
+//! Exact mode through the engine against a real Redis: decisions, the over-limit cache, and
+//! `on_store_error`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use sluice_core::{Clock, ManualClock};
+use sluice_engine::{Engine, EngineOptions, Outcome, Reason};
+use sluice_store::{RedisStore, RedisStoreOptions};
+use sluice_testkit::RedisServer;
+
+fn engine(server: &RedisServer, on_store_error: &str, clock: &ManualClock) -> Engine {
+    let rules = rules(&format!(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: 3, mode: exact, on_store_error: {on_store_error} }}\n"
+    ));
+    let options = RedisStoreOptions {
+        timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_millis(300),
+        max_backoff: Duration::from_millis(100),
+    };
+    let store = Arc::new(RedisStore::open(&server.url(), options).unwrap());
+    Engine::new(
+        &rules,
+        &Default::default(),
+        store,
+        Arc::new(clock.clone()) as Arc<dyn Clock>,
+        EngineOptions {
+            follow_store_clock: false,
+            ..EngineOptions::default()
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_mode_counts_in_redis_and_caches_over_limit_keys() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let a = engine(&server, "deny", &clock);
+    let b = engine(&server, "deny", &clock);
+    let req = [[("k", "v")]];
+    // Two instances share the exact count: 3 per minute in total.
+    assert!(a.check("d", &req, 1).await.unwrap().allowed);
+    assert!(b.check("d", &req, 1).await.unwrap().allowed);
+    let third = a.check("d", &req, 1).await.unwrap();
+    assert!(third.allowed);
+    assert_eq!(third.statuses[0].remaining, 0);
+    let denied = b.check("d", &req, 1).await.unwrap();
+    assert!(!denied.allowed);
+    assert_eq!(denied.statuses[0].reason, Some(Reason::Exact));
+    assert_eq!(
+        denied.statuses[0].retry_after,
+        Some(Duration::from_secs(60))
+    );
+    // Known over limit: decided locally, without the store (which is now gone).
+    server.kill();
+    let cached = b.check("d", &req, 1).await.unwrap();
+    assert_eq!(cached.statuses[0].reason, Some(Reason::CachedOverLimit));
+    // A key not in the cache with the store down: on_store_error: deny.
+    let other = [[("k", "w")]];
+    let v = b.check("d", &other, 1).await.unwrap();
+    assert_eq!(v.statuses[0].outcome, Outcome::Denied);
+    assert_eq!(v.statuses[0].reason, Some(Reason::StoreError));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_store_error_allow_and_local() {
+    let mut server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let allow = engine(&server, "allow", &clock);
+    let local = engine(&server, "local", &clock);
+    server.kill();
+    let req = [[("k", "v")]];
+    for _ in 0..5 {
+        assert!(allow.check("d", &req, 1).await.unwrap().allowed);
+    }
+    let admitted = {
+        let mut n = 0;
+        for _ in 0..5 {
+            if local.check("d", &req, 1).await.unwrap().allowed {
+                n += 1;
+            }
+        }
+        n
+    };
+    assert_eq!(
+        admitted, 3,
+        "local fallback admits MAX / expected instances (1)"
+    );
+}
