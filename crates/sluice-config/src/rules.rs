@@ -279,15 +279,18 @@ pub struct Rule {
     pub position: (u64, u64),
 }
 
+/// Matching runs on every request: a fast hasher (foldhash) rather than SipHash.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 #[derive(Clone, Debug, Default)]
 struct Level {
     /// key -> matchers for that key.
-    keys: HashMap<String, KeyMatchers>,
+    keys: FastMap<String, KeyMatchers>,
 }
 
 #[derive(Clone, Debug, Default)]
 struct KeyMatchers {
-    exact: HashMap<String, usize>,
+    exact: FastMap<String, usize>,
     prefixes: Vec<(String, usize)>,
     any: Option<usize>,
 }

@@ -102,7 +102,7 @@ pub struct FlushReport {
 pub struct Engine {
     clock: Arc<dyn Clock>,
     store: Arc<dyn CounterStore>,
-    domains: HashMap<String, DomainTable>,
+    domains: HashMap<String, DomainTable, foldhash::fast::RandomState>,
     node: Arc<str>,
     offset_ns: AtomicI64,
     store_ok: AtomicBool,
@@ -141,7 +141,7 @@ impl Engine {
             .unwrap_or_else(|| default_node_id(&*clock))
             .into();
         let mut min_span_ns = u64::MAX;
-        let mut domains = HashMap::new();
+        let mut domains = HashMap::default();
         for domain in rules.domains() {
             let mut engines = Vec::with_capacity(domain.rules().len());
             for rule in domain.rules() {
@@ -285,7 +285,7 @@ impl Engine {
         domain: &str,
         descriptors: &[D],
         cost: u64,
-    ) -> Result<Verdict, EngineError>
+    ) -> Result<Verdict<'_>, EngineError>
     where
         D: AsRef<[(K, V)]>,
         K: AsRef<str>,
@@ -346,8 +346,8 @@ impl Engine {
             }
             verdict.statuses.push(RuleStatus {
                 descriptor: di,
-                rule_id: engine.id.clone(),
-                name: engine.name.clone(),
+                rule_id: &engine.id,
+                name: engine.name.as_deref(),
                 limit: engine.limit,
                 outcome,
                 reason,

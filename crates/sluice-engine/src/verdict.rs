@@ -56,15 +56,16 @@ impl Reason {
     }
 }
 
-/// One matched rule's status, with what response headers need.
+/// One matched rule's status, with what response headers need. Borrows the rule's names from
+/// the engine, so building it writes no memory shared with other requests.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuleStatus {
+pub struct RuleStatus<'e> {
     /// Index of the request descriptor that matched.
     pub descriptor: usize,
     /// The rule's id.
-    pub rule_id: Arc<str>,
+    pub rule_id: &'e str,
     /// The rule's name, if it has one.
-    pub name: Option<Arc<str>>,
+    pub name: Option<&'e str>,
     /// Limit and window (None for unlimited rules).
     pub limit: Option<(u64, Duration)>,
     /// Outcome.
@@ -83,17 +84,17 @@ pub struct RuleStatus {
 
 /// The answer for a whole request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Verdict {
+pub struct Verdict<'e> {
     /// Whether the request may proceed (no non-shadow rule denied).
     pub allowed: bool,
     /// Every matched rule's status, in descriptor order.
-    pub statuses: SmallVec<[RuleStatus; 4]>,
+    pub statuses: SmallVec<[RuleStatus<'e>; 4]>,
 }
 
-impl Verdict {
+impl<'e> Verdict<'e> {
     /// The status that limits the request most: the denying one with the longest retry, or the
     /// allowing one with the least remaining quota. What `RateLimit` headers describe.
-    pub fn most_limiting(&self) -> Option<&RuleStatus> {
+    pub fn most_limiting(&self) -> Option<&RuleStatus<'e>> {
         let enforced = self
             .statuses
             .iter()

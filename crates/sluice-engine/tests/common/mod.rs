@@ -86,7 +86,7 @@ impl Fleet {
     }
 
     /// Checks one request for `user` on instance `i`, which must not wait.
-    pub fn check(&self, i: usize, user: &str) -> Verdict {
+    pub fn check(&self, i: usize, user: &str) -> Verdict<'_> {
         let request = [[("user", user)]];
         now_or_never(self.instances[i].engine.check("d", &request, 1))
             .expect("a synced check waited on something")

@@ -1,0 +1,91 @@
+//! Flush of 100k dirty keys to a local `redis-server` (started here on a free port), memory per
+//! tracked synced key, and a 10M-key spray at a rule capped at 1M keys.
+//! Run: `cargo bench -p sluice-engine --bench flush`
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use sluice_core::{Clock, ManualClock};
+use sluice_engine::{Engine, EngineOptions};
+use sluice_store::{MemoryStore, RedisStore, RedisStoreOptions};
+
+fn now_or_never<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("check waited"),
+    }
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 4096
+}
+
+fn rules(policy: &str) -> sluice_config::RuleSet {
+    let yaml = format!("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: 1000000, mode: synced, policy: {policy} }}\n");
+    sluice_config::RuleSet::new(vec![sluice_config::parse_domain(Path::new("b.yaml"), &yaml).unwrap()]).unwrap()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let redis = sluice_testkit::RedisServer::start();
+    let clock = ManualClock::new(1_800_000_000_000_000_000);
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let options = RedisStoreOptions { timeout: Duration::from_secs(10), ..RedisStoreOptions::default() };
+    let store = Arc::new(RedisStore::open(&redis.url(), options).unwrap());
+    for policy in ["reactive", "predictive"] {
+        let engine = Engine::new(&rules(policy), &Default::default(), store.clone(), shared.clone(), EngineOptions { follow_store_clock: false, ..EngineOptions::default() });
+        let keys: Vec<String> = (0..100_000).map(|i| format!("user-{i}")).collect();
+        let mut times = Vec::new();
+        for round in 0..5 {
+            for k in &keys {
+                now_or_never(engine.check("d", &[[("user", k.as_str())]], 1)).unwrap();
+            }
+            let start = quanta::Instant::now();
+            let report = rt.block_on(engine.flush());
+            let took = start.elapsed();
+            assert_eq!(report.failed, 0, "{report:?}");
+            println!("flush/{policy} round {round}: {} keys in {:.1} ms, {} round trip(s)", report.items, took.as_secs_f64() * 1e3, report.round_trips);
+            times.push(took.as_secs_f64() * 1e3);
+            clock.advance(Duration::from_secs(10));
+        }
+        times.sort_by(f64::total_cmp);
+        println!("flush/{policy}: median {:.1} ms for 100k keys", times[2]);
+    }
+
+    // Memory per tracked key in synced mode.
+    let memory: Arc<MemoryStore> = Arc::new(MemoryStore::new(shared.clone()));
+    let engine = Engine::new(&rules("predictive"), &Default::default(), memory.clone(), shared.clone(), EngineOptions::default());
+    let before = rss_bytes();
+    for i in 0..1_000_000u32 {
+        let user = format!("u{i:07}");
+        now_or_never(engine.check("d", &[[("user", user.as_str())]], 1)).unwrap();
+    }
+    let after = rss_bytes();
+    println!("memory/synced: 1M tracked keys (8-byte values, 10-byte key strings) add {:.1} MiB = {:.0} bytes per key", (after - before) as f64 / 1048576.0, (after - before) as f64 / 1e6);
+    drop(engine);
+
+    // 10M distinct keys at a rule capped at 1M.
+    let engine = Engine::new(&rules("predictive"), &Default::default(), memory, shared, EngineOptions { max_keys_per_rule: 1_000_000, ..EngineOptions::default() });
+    let before = rss_bytes();
+    let mut peak = before;
+    for i in 0..10_000_000u32 {
+        let user = format!("s{i:08}");
+        now_or_never(engine.check("d", &[[("user", user.as_str())]], 1)).unwrap();
+        if i % 1_000_000 == 999_999 {
+            peak = peak.max(rss_bytes());
+            println!("spray: {} M keys sent, resident +{:.1} MiB", (i + 1) / 1_000_000, (rss_bytes() - before) as f64 / 1048576.0);
+        }
+    }
+    println!("spray: peak resident growth {:.1} MiB for 10M keys at a 1M cap", (peak - before) as f64 / 1048576.0);
+}
