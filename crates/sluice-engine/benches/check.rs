@@ -31,11 +31,23 @@ fn engine(mode: &str) -> (Engine, ManualClock) {
     let yaml = format!(
         "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: second, requests_per_unit: 1000000000, mode: {mode} }}\n"
     );
-    let rules = sluice_config::RuleSet::new(vec![sluice_config::parse_domain(Path::new("b.yaml"), &yaml).unwrap()]).unwrap();
+    let rules = sluice_config::RuleSet::new(vec![
+        sluice_config::parse_domain(Path::new("b.yaml"), &yaml).unwrap(),
+    ])
+    .unwrap();
     let clock = ManualClock::new(1_800_000_000_000_000_000);
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
     let store = Arc::new(MemoryStore::new(shared.clone()));
-    let engine = Engine::new(&rules, &Default::default(), store, shared, EngineOptions { shared_store: true, ..EngineOptions::default() });
+    let engine = Engine::new(
+        &rules,
+        &Default::default(),
+        store,
+        shared,
+        EngineOptions {
+            shared_store: true,
+            ..EngineOptions::default()
+        },
+    );
     (engine, clock)
 }
 
@@ -55,7 +67,11 @@ fn checks(c: &mut Criterion) {
             b.iter(|| {
                 i = (i + 7919) % keys.len();
                 let request = [[("user", keys[i].as_str())]];
-                black_box(now_or_never(engine.check("d", &request, 1)).unwrap().allowed)
+                black_box(
+                    now_or_never(engine.check("d", &request, 1))
+                        .unwrap()
+                        .allowed,
+                )
             })
         });
     }

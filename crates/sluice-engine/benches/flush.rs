@@ -29,22 +29,113 @@ fn rss_bytes() -> u64 {
 }
 
 fn rules(policy: &str) -> sluice_config::RuleSet {
-    let yaml = format!("domain: d\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: 1000000, mode: synced, policy: {policy} }}\n");
-    sluice_config::RuleSet::new(vec![sluice_config::parse_domain(Path::new("b.yaml"), &yaml).unwrap()]).unwrap()
+    let yaml = format!(
+        "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: 1000000, mode: synced, policy: {policy} }}\n"
+    );
+    sluice_config::RuleSet::new(vec![
+        sluice_config::parse_domain(Path::new("b.yaml"), &yaml).unwrap(),
+    ])
+    .unwrap()
 }
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let redis = sluice_testkit::RedisServer::start();
+    // Each part in its own process gives honest resident-memory figures; with no argument
+    // all three run in this order (spray first, while the heap is fresh).
+    let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let run = |part: &str| only.as_deref().is_none_or(|o| o == part);
     let clock = ManualClock::new(1_800_000_000_000_000_000);
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
-    let options = RedisStoreOptions { timeout: Duration::from_secs(10), ..RedisStoreOptions::default() };
+    if run("spray") {
+        spray(&shared);
+    }
+    if run("memory") {
+        memory_per_key(&shared);
+    }
+    if run("flush") {
+        flush(&clock, &shared);
+    }
+}
+
+fn spray(shared: &Arc<dyn Clock>) {
+    let memory = Arc::new(MemoryStore::new(shared.clone()));
+    let engine = Engine::new(
+        &rules("predictive"),
+        &Default::default(),
+        memory,
+        shared.clone(),
+        EngineOptions {
+            max_keys_per_rule: 1_000_000,
+            ..EngineOptions::default()
+        },
+    );
+    let before = rss_bytes();
+    let mut peak = before;
+    for i in 0..10_000_000u32 {
+        let user = format!("s{i:08}");
+        now_or_never(engine.check("d", &[[("user", user.as_str())]], 1)).unwrap();
+        if i % 1_000_000 == 999_999 {
+            peak = peak.max(rss_bytes());
+            println!(
+                "spray: {} M keys sent, resident +{:.1} MiB",
+                (i + 1) / 1_000_000,
+                (rss_bytes() - before) as f64 / 1048576.0
+            );
+        }
+    }
+    println!(
+        "spray: peak resident growth {:.1} MiB for 10M distinct keys at a rule capped at 1M keys",
+        (peak - before) as f64 / 1048576.0
+    );
+}
+
+fn memory_per_key(shared: &Arc<dyn Clock>) {
+    let memory = Arc::new(MemoryStore::new(shared.clone()));
+    let engine = Engine::new(
+        &rules("predictive"),
+        &Default::default(),
+        memory,
+        shared.clone(),
+        EngineOptions::default(),
+    );
+    let before = rss_bytes();
+    for i in 0..1_000_000u32 {
+        let user = format!("u{i:07}");
+        now_or_never(engine.check("d", &[[("user", user.as_str())]], 1)).unwrap();
+    }
+    let after = rss_bytes();
+    println!(
+        "memory/synced: 1M tracked keys (8-byte values) add {:.1} MiB = {:.0} bytes per key",
+        (after - before) as f64 / 1048576.0,
+        (after - before) as f64 / 1e6
+    );
+}
+
+fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = sluice_testkit::RedisServer::start();
+    let options = RedisStoreOptions {
+        timeout: Duration::from_secs(10),
+        ..RedisStoreOptions::default()
+    };
     let store = Arc::new(RedisStore::open(&redis.url(), options).unwrap());
     for policy in ["reactive", "predictive"] {
-        let engine = Engine::new(&rules(policy), &Default::default(), store.clone(), shared.clone(), EngineOptions { follow_store_clock: false, ..EngineOptions::default() });
+        let engine = Engine::new(
+            &rules(policy),
+            &Default::default(),
+            store.clone(),
+            shared.clone(),
+            EngineOptions {
+                follow_store_clock: false,
+                ..EngineOptions::default()
+            },
+        );
         let keys: Vec<String> = (0..100_000).map(|i| format!("user-{i}")).collect();
         let mut times = Vec::new();
         for round in 0..5 {
@@ -55,37 +146,16 @@ fn main() {
             let report = rt.block_on(engine.flush());
             let took = start.elapsed();
             assert_eq!(report.failed, 0, "{report:?}");
-            println!("flush/{policy} round {round}: {} keys in {:.1} ms, {} round trip(s)", report.items, took.as_secs_f64() * 1e3, report.round_trips);
+            println!(
+                "flush/{policy} round {round}: {} keys in {:.1} ms, {} round trip(s)",
+                report.items,
+                took.as_secs_f64() * 1e3,
+                report.round_trips
+            );
             times.push(took.as_secs_f64() * 1e3);
             clock.advance(Duration::from_secs(10));
         }
         times.sort_by(f64::total_cmp);
         println!("flush/{policy}: median {:.1} ms for 100k keys", times[2]);
     }
-
-    // Memory per tracked key in synced mode.
-    let memory: Arc<MemoryStore> = Arc::new(MemoryStore::new(shared.clone()));
-    let engine = Engine::new(&rules("predictive"), &Default::default(), memory.clone(), shared.clone(), EngineOptions::default());
-    let before = rss_bytes();
-    for i in 0..1_000_000u32 {
-        let user = format!("u{i:07}");
-        now_or_never(engine.check("d", &[[("user", user.as_str())]], 1)).unwrap();
-    }
-    let after = rss_bytes();
-    println!("memory/synced: 1M tracked keys (8-byte values, 10-byte key strings) add {:.1} MiB = {:.0} bytes per key", (after - before) as f64 / 1048576.0, (after - before) as f64 / 1e6);
-    drop(engine);
-
-    // 10M distinct keys at a rule capped at 1M.
-    let engine = Engine::new(&rules("predictive"), &Default::default(), memory, shared, EngineOptions { max_keys_per_rule: 1_000_000, ..EngineOptions::default() });
-    let before = rss_bytes();
-    let mut peak = before;
-    for i in 0..10_000_000u32 {
-        let user = format!("s{i:08}");
-        now_or_never(engine.check("d", &[[("user", user.as_str())]], 1)).unwrap();
-        if i % 1_000_000 == 999_999 {
-            peak = peak.max(rss_bytes());
-            println!("spray: {} M keys sent, resident +{:.1} MiB", (i + 1) / 1_000_000, (rss_bytes() - before) as f64 / 1048576.0);
-        }
-    }
-    println!("spray: peak resident growth {:.1} MiB for 10M keys at a 1M cap", (peak - before) as f64 / 1048576.0);
 }

@@ -76,6 +76,8 @@ pub(crate) struct KeyState {
     rate_at: Nanos,
     others: Vec<Other>,
     seen_entries: bool,
+    /// Whether the previous window's total has been read in this window.
+    prev_known: bool,
     last_hit: Nanos,
 }
 
@@ -122,6 +124,7 @@ impl KeyState {
             other.at = window_start;
         }
         self.window = w;
+        self.prev_known = false;
         self.local = 0;
         self.unflushed = 0;
         self.global = 0;
@@ -350,6 +353,7 @@ impl SyncedRule {
                     delta: cc,
                     ttl: p.ttl(),
                     entry: None,
+                    want_previous: false,
                 });
                 s.carry_in_flight = Some((cw, cc));
             }
@@ -378,6 +382,7 @@ impl SyncedRule {
                     delta: s.unflushed,
                     ttl: p.ttl(),
                     entry,
+                    want_previous: !s.prev_known,
                 });
                 s.in_flight = Some((s.window, s.unflushed));
                 s.unflushed = 0;
@@ -427,7 +432,10 @@ impl SyncedRule {
                     s.global = outcome.total;
                     // Our own count as of the snapshot is in the total; what came after is not.
                     s.local_at_global = s.local - s.unflushed;
-                    s.prev_global = s.prev_global.max(outcome.previous_total);
+                    if let Some(previous) = outcome.previous_total {
+                        s.prev_global = s.prev_global.max(previous);
+                        s.prev_known = true;
+                    }
                     if !outcome.entries.is_empty() {
                         s.seen_entries = true;
                         let window_start = s.window * p.window_ns;

@@ -17,7 +17,7 @@
 //! # fn tokio_test() { tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryStore::new(Arc::new(ManualClock::new(1_000_000_000)));
 //! let key = CounterKey::new("edge/user", &["alice"]);
-//! let item = FlushItem { key: key.as_str().into(), window: 7, delta: 3, ttl: Duration::from_secs(120), entry: None };
+//! let item = FlushItem { key: key.as_str().into(), window: 7, delta: 3, ttl: Duration::from_secs(120), entry: None, want_previous: false };
 //! let reply = store.flush(&[item.clone()]).await.unwrap();
 //! assert_eq!(reply.results[0].as_ref().unwrap().total, 3);
 //! let reply = store.flush(&[item]).await.unwrap();
@@ -94,6 +94,8 @@ pub struct FlushItem {
     pub ttl: Duration,
     /// This instance's contribution entry; `None` skips the per-node hash.
     pub entry: Option<NodeEntry>,
+    /// Read the previous window's total too (the engine asks once per window).
+    pub want_previous: bool,
 }
 
 /// What the store holds for one flushed key after the flush.
@@ -101,8 +103,8 @@ pub struct FlushItem {
 pub struct FlushOutcome {
     /// The global count in the window, this flush included.
     pub total: u64,
-    /// The global count in the previous window.
-    pub previous_total: u64,
+    /// The global count in the previous window, when asked for and readable.
+    pub previous_total: Option<u64>,
     /// Every instance's entry for the window (this one's included) when an entry was written.
     pub entries: Vec<NodeEntry>,
 }

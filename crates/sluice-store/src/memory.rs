@@ -115,12 +115,13 @@ impl MemoryStore {
                 slot.0 = slot.0.saturating_add(item.delta);
                 slot.1 = expires;
                 let total = slot.0;
-                let previous_total = item
-                    .window
-                    .checked_sub(1)
-                    .and_then(|w| state.counters.get(&format!("{}:{w}", item.key)))
-                    .filter(|(_, exp)| *exp > now)
-                    .map_or(0, |(v, _)| *v);
+                let previous_total = item.want_previous.then(|| {
+                    item.window
+                        .checked_sub(1)
+                        .and_then(|w| state.counters.get(&format!("{}:{w}", item.key)))
+                        .filter(|(_, exp)| *exp > now)
+                        .map_or(0, |(v, _)| *v)
+                });
                 let mut entries = Vec::new();
                 if let Some(entry) = &item.entry {
                     let nodes_key = format!("{}:{}:n", item.key, item.window);

@@ -47,7 +47,7 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            flush: redis::Script::new(scripts::FLUSH),
+            flush: redis::Script::new(scripts::FLUSH_BATCH),
             fixed_window: redis::Script::new(&scripts::fixed_window()),
             token_bucket: redis::Script::new(&scripts::token_bucket()),
             sliding_window: redis::Script::new(&scripts::sliding_window()),
@@ -115,11 +115,8 @@ fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
     };
     let total =
         as_u64(total).ok_or_else(|| bad(format!("window total is not a count: {total:?}")))?;
-    let previous_total = as_u64(previous).ok_or_else(|| {
-        bad(format!(
-            "previous window total is not a count: {previous:?}"
-        ))
-    })?;
+    // -1: not asked for, or someone else's value sits at that key.
+    let previous_total = as_u64(previous);
     let mut out = Vec::new();
     match entries {
         Value::Array(flat) => {
@@ -156,6 +153,60 @@ fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
         previous_total,
         entries: out,
     })
+}
+
+/// Items per flush script call: large enough that the call overhead vanishes, small enough
+/// that one call does not hold the server for long (about a millisecond).
+const BATCH: usize = 500;
+
+/// Splits items into runs of at most `BATCH` with one TTL each (the engine emits a rule's items
+/// together, so runs are long); returns the runs and where each starts.
+fn batches(items: &[FlushItem]) -> (Vec<&[FlushItem]>, Vec<usize>) {
+    let mut batches = Vec::new();
+    let mut offsets = Vec::new();
+    let mut start = 0;
+    while start < items.len() {
+        let ttl = items[start].ttl;
+        let mut end = start + 1;
+        while end < items.len() && end - start < BATCH && items[end].ttl == ttl {
+            end += 1;
+        }
+        batches.push(&items[start..end]);
+        offsets.push(start);
+        start = end;
+    }
+    (batches, offsets)
+}
+
+/// Spreads one batch reply over its items' results.
+fn fill_batch(
+    batch: &[FlushItem],
+    offset: usize,
+    reply: &redis::RedisResult<Value>,
+    results: &mut [Result<FlushOutcome, StoreError>],
+) {
+    let bad = |item: &FlushItem, detail: String| StoreError::BadReply {
+        key: item.key.to_string(),
+        detail,
+    };
+    match reply {
+        Ok(Value::Array(per_item)) if per_item.len() == batch.len() => {
+            for (i, (item, v)) in batch.iter().zip(per_item).enumerate() {
+                results[offset + i] = parse_flush(&item.key, v);
+            }
+        }
+        Ok(other) => {
+            for (i, item) in batch.iter().enumerate() {
+                results[offset + i] = Err(bad(item, format!("unexpected flush reply {other:?}")));
+            }
+        }
+        Err(e) => {
+            // The script failed as a whole before applying anything it reports per item.
+            for (i, item) in batch.iter().enumerate() {
+                results[offset + i] = Err(bad(item, e.to_string()));
+            }
+        }
+    }
 }
 
 fn parse_time(v: &Value) -> Option<Nanos> {
@@ -252,48 +303,50 @@ impl RedisStore {
             .unwrap_or(Err(StoreError::Timeout(self.options.timeout)))
     }
 
-    async fn load_scripts(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
-        let s = &self.scripts;
-        for script in [
-            &s.flush,
-            &s.fixed_window,
-            &s.token_bucket,
-            &s.sliding_window,
-            &s.sliding_log,
-        ] {
-            script
-                .prepare_invoke()
-                .load_async(conn)
-                .await
-                .map_err(|e| map_error(&e))?;
-        }
+    async fn load_script<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+    ) -> Result<(), StoreError> {
+        self.scripts
+            .flush
+            .prepare_invoke()
+            .load_async(conn)
+            .await
+            .map_err(|e| map_error(&e))?;
         Ok(())
     }
 
-    fn flush_pipeline(&self, items: &[&FlushItem], with_time: bool) -> redis::Pipeline {
+    /// One pipeline holding the items as batches of at most `BATCH` per script call. All items
+    /// of a batch share one TTL (see [`batches`]).
+    fn flush_pipeline(&self, batches: &[&[FlushItem]], with_time: bool) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for item in items {
-            let window_key = format!("{}:{}", item.key, item.window);
-            let nodes_key = format!("{window_key}:n");
-            let previous_key = format!("{}:{}", item.key, item.window.saturating_sub(1));
-            let ttl_ms = u64::try_from(item.ttl.as_millis())
-                .unwrap_or(u64::MAX)
-                .max(1);
-            let (node, entry) = match &item.entry {
-                Some(e) => (e.node.to_string(), e.encode()),
-                None => (String::new(), String::new()),
-            };
-            pipe.cmd("EVALSHA")
+        for batch in batches {
+            let ttl_ms = batch.first().map_or(1, |i| {
+                u64::try_from(i.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+            });
+            let cmd = pipe
+                .cmd("EVALSHA")
                 .arg(self.scripts.flush.get_hash())
-                .arg(3)
-                .arg(window_key)
-                .arg(nodes_key)
-                .arg(previous_key)
-                .arg(item.delta)
-                .arg(ttl_ms)
-                .arg(node)
-                .arg(entry);
+                .arg(batch.len());
+            for item in *batch {
+                cmd.arg(format!("{}:{}", item.key, item.window));
+            }
+            cmd.arg(ttl_ms);
+            let mut flags = String::new();
+            for item in *batch {
+                flags.clear();
+                if item.want_previous {
+                    flags.push('p');
+                }
+                if let Some(e) = &item.entry {
+                    flags.push('|');
+                    flags.push_str(&e.node);
+                    flags.push('|');
+                    flags.push_str(&e.encode());
+                }
+                cmd.arg(item.delta).arg(flags.as_str());
+            }
         }
         if with_time {
             pipe.cmd("TIME");
@@ -301,55 +354,58 @@ impl RedisStore {
         pipe
     }
 
-    async fn flush_inner(&self, items: &[FlushItem]) -> Result<FlushReply, StoreError> {
-        let mut conn = self.connection().await?;
-        let refs: Vec<&FlushItem> = items.iter().collect();
+    /// Sends `batches` in one pipeline; each batch's reply lands in `results` at `offsets`.
+    /// Batches whose script was missing (NOSCRIPT: nothing ran) are sent again after loading.
+    async fn flush_batches<C: redis::aio::ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        batches: &[&[FlushItem]],
+        offsets: &[usize],
+        results: &mut [Result<FlushOutcome, StoreError>],
+    ) -> Result<(Option<Nanos>, usize), StoreError> {
         let raw: Vec<redis::RedisResult<Value>> = self
-            .flush_pipeline(&refs, true)
-            .query_async(&mut conn)
+            .flush_pipeline(batches, true)
+            .query_async(conn)
             .await
             .map_err(|e| map_error(&e))?;
         let mut round_trips = 1;
         let store_time = raw
-            .last()
+            .get(batches.len())
             .and_then(|t| t.as_ref().ok())
             .and_then(parse_time);
-        let mut results: Vec<Result<FlushOutcome, StoreError>> = Vec::with_capacity(items.len());
-        let mut missing_script = Vec::new();
-        for (i, (item, reply)) in items.iter().zip(&raw).enumerate() {
+        let mut missing = Vec::new();
+        for (b, reply) in raw.iter().take(batches.len()).enumerate() {
             match reply {
-                Ok(v) => results.push(parse_flush(&item.key, v)),
-                Err(e) if is_noscript(e) => {
-                    // The script did not run for this item: nothing was applied, so it is safe
-                    // to send again once the script is loaded.
-                    missing_script.push(i);
-                    results.push(Err(StoreError::Refused("NOSCRIPT".into())));
-                }
-                Err(e) => results.push(Err(StoreError::BadReply {
-                    key: item.key.to_string(),
-                    detail: e.to_string(),
-                })),
+                Err(e) if is_noscript(e) => missing.push(b),
+                other => fill_batch(batches[b], offsets[b], other, results),
             }
         }
-        if !missing_script.is_empty() {
-            self.load_scripts(&mut conn).await?;
-            let again: Vec<&FlushItem> = missing_script.iter().map(|&i| &items[i]).collect();
+        if !missing.is_empty() {
+            self.load_script(conn).await?;
+            let again: Vec<&[FlushItem]> = missing.iter().map(|&b| batches[b]).collect();
             let raw: Vec<redis::RedisResult<Value>> = self
                 .flush_pipeline(&again, false)
-                .query_async(&mut conn)
+                .query_async(conn)
                 .await
                 .map_err(|e| map_error(&e))?;
             round_trips += 2;
-            for (&i, reply) in missing_script.iter().zip(raw) {
-                results[i] = match reply {
-                    Ok(v) => parse_flush(&items[i].key, &v),
-                    Err(e) => Err(StoreError::BadReply {
-                        key: items[i].key.to_string(),
-                        detail: e.to_string(),
-                    }),
-                };
+            for (&b, reply) in missing.iter().zip(&raw) {
+                fill_batch(batches[b], offsets[b], reply, results);
             }
         }
+        Ok((store_time, round_trips))
+    }
+
+    async fn flush_inner(&self, items: &[FlushItem]) -> Result<FlushReply, StoreError> {
+        let mut results: Vec<Result<FlushOutcome, StoreError>> = items
+            .iter()
+            .map(|_| Err(StoreError::Refused("not sent".into())))
+            .collect();
+        let (batches, offsets) = batches(items);
+        let mut conn = self.connection().await?;
+        let (store_time, round_trips) = self
+            .flush_batches(&mut conn, &batches, &offsets, &mut results)
+            .await?;
         Ok(FlushReply {
             results,
             store_time,
