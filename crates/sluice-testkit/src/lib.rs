@@ -49,7 +49,9 @@ pub fn ping(port: u16) -> bool {
 
 /// Sends one inline command and returns the raw reply (for assertions in tests).
 pub fn raw_command(port: u16, command: &str) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to test redis");
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::from("-ERR connection refused");
+    };
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
     stream
         .write_all(format!("{command}\r\n").as_bytes())
@@ -154,6 +156,303 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits up to `timeout` for `condition`, polling every 50 ms.
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let steps = (timeout.as_millis() / 50).max(1);
+    for _ in 0..steps {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    condition()
+}
+
+fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
+    std::fs::create_dir_all(dir).expect("create redis dir");
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--dir", &dir.display().to_string()])
+        // Replicas sync at once instead of after the default 5 s diskless-sync delay.
+        .args(["--repl-diskless-sync-delay", "0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server is not installed: run the README test command, which installs it");
+    assert!(
+        wait_until(Duration::from_secs(5), || ping(port)),
+        "redis on {port} did not start"
+    );
+    child
+}
+
+fn kill_child(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// A master, one replica and three Sentinels on free loopback ports, monitoring `mymaster`.
+pub struct RedisSentinel {
+    dir: PathBuf,
+    /// Master and replica ports, in start order (the master first).
+    pub data_ports: [u16; 2],
+    /// Sentinel ports.
+    pub sentinel_ports: [u16; 3],
+    children: Vec<Option<Child>>,
+}
+
+impl RedisSentinel {
+    /// The monitored master's name.
+    pub const MASTER: &'static str = "mymaster";
+
+    /// Starts the servers and waits until every Sentinel knows the master and its replica.
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-sentinel-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        let master = free_port();
+        let replica = free_port();
+        let mut children = vec![
+            Some(spawn_redis(master, &dir.join("master"), &[])),
+            Some(spawn_redis(
+                replica,
+                &dir.join("replica"),
+                &["--replicaof", "127.0.0.1", &master.to_string()],
+            )),
+        ];
+        let sentinel_ports = [free_port(), free_port(), free_port()];
+        for port in sentinel_ports {
+            let sdir = dir.join(format!("sentinel-{port}"));
+            std::fs::create_dir_all(&sdir).expect("create sentinel dir");
+            let conf = sdir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {} 127.0.0.1 {master} 2\nsentinel down-after-milliseconds {m} 1000\nsentinel failover-timeout {m} 4000\nsentinel parallel-syncs {m} 1\n",
+                    sdir.display(),
+                    Self::MASTER,
+                    m = Self::MASTER
+                ),
+            )
+            .expect("write sentinel.conf");
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server (sentinel mode) is not installed");
+            children.push(Some(child));
+            assert!(
+                wait_until(Duration::from_secs(5), || ping(port)),
+                "sentinel on {port} did not start"
+            );
+        }
+        let setup = Self {
+            dir,
+            data_ports: [master, replica],
+            sentinel_ports,
+            children,
+        };
+        let ready = wait_until(Duration::from_secs(15), || {
+            setup.sentinel_ports.iter().all(|&p| {
+                raw_command(p, &format!("SENTINEL REPLICAS {}", Self::MASTER))
+                    .contains(&replica.to_string())
+            }) && raw_command(replica, "INFO replication").contains("master_link_status:up")
+        });
+        assert!(ready, "sentinel setup did not become ready");
+        setup
+    }
+
+    /// `redis+sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,127.0.0.1:<s3>/mymaster`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinel_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+sentinel://{}/{}", hosts.join(","), Self::MASTER)
+    }
+
+    /// The port the Sentinels currently name as master.
+    pub fn master_port(&self) -> Option<u16> {
+        let reply = raw_command(
+            self.sentinel_ports[0],
+            &format!("SENTINEL GET-MASTER-ADDR-BY-NAME {}", Self::MASTER),
+        );
+        self.data_ports
+            .into_iter()
+            .find(|p| reply.contains(&format!("\r\n{p}\r\n")))
+    }
+
+    /// Forces a failover and waits until the Sentinels name the other server as master and it
+    /// accepts writes. Returns the new master's port.
+    pub fn failover(&self) -> u16 {
+        let old = self.master_port().expect("no master");
+        let new = if old == self.data_ports[0] {
+            self.data_ports[1]
+        } else {
+            self.data_ports[0]
+        };
+        let reply = raw_command(
+            self.sentinel_ports[0],
+            &format!("SENTINEL FAILOVER {}", Self::MASTER),
+        );
+        assert!(reply.starts_with("+OK"), "failover refused: {reply}");
+        let done = wait_until(Duration::from_secs(20), || {
+            self.master_port() == Some(new) && raw_command(new, "ROLE").contains("master")
+        });
+        assert!(done, "failover did not complete");
+        new
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            kill_child(child);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three masters with one replica each, on free loopback ports.
+pub struct RedisCluster {
+    dir: PathBuf,
+    /// All node ports.
+    pub ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+}
+
+impl RedisCluster {
+    /// Starts six nodes, joins them with `redis-cli --cluster create`, waits for `cluster_state:ok`.
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-cluster-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
+        let children = ports
+            .iter()
+            .map(|&p| {
+                let conf = format!("nodes-{p}.conf");
+                Some(spawn_redis(
+                    p,
+                    &dir.join(p.to_string()),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &conf,
+                        "--cluster-node-timeout",
+                        "1500",
+                    ],
+                ))
+            })
+            .collect();
+        let cluster = Self {
+            dir,
+            ports,
+            children,
+        };
+        let nodes: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli is not installed: run the README test command, which installs it");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        // Ready when every node sees a healthy cluster and every replica has synced (a replica
+        // that never synced cannot take over from its master).
+        let ok = wait_until(Duration::from_secs(30), || {
+            cluster.ports.iter().all(|&p| {
+                raw_command(p, "CLUSTER INFO").contains("cluster_state:ok") && {
+                    let info = raw_command(p, "INFO replication");
+                    info.contains("role:master") || info.contains("master_link_status:up")
+                }
+            }) && cluster.master_ports().len() == 3
+        });
+        assert!(
+            ok,
+            "cluster did not reach cluster_state:ok with synced replicas"
+        );
+        cluster
+    }
+
+    /// `redis+cluster://127.0.0.1:<p1>,...`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Ports of the current masters.
+    pub fn master_ports(&self) -> Vec<u16> {
+        self.ports
+            .iter()
+            .copied()
+            .filter(|&p| {
+                self.children[self.index(p)].is_some() && raw_command(p, "ROLE").contains("master")
+            })
+            .collect()
+    }
+
+    fn index(&self, port: u16) -> usize {
+        self.ports
+            .iter()
+            .position(|&p| p == port)
+            .expect("unknown port")
+    }
+
+    /// Kills the master on `port` and waits until its replica has taken over.
+    pub fn kill_master_and_wait_failover(&mut self, port: u16) {
+        let i = self.index(port);
+        kill_child(&mut self.children[i]);
+        let alive: Vec<u16> = self.ports.iter().copied().filter(|&p| p != port).collect();
+        let ok = wait_until(Duration::from_secs(30), || {
+            alive
+                .iter()
+                .all(|&p| raw_command(p, "CLUSTER INFO").contains("cluster_state:ok"))
+                && self.master_ports().len() == 3
+        });
+        assert!(ok, "replica did not take over from {port}");
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            kill_child(child);
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,6 +1,10 @@
-//! Redis: standalone (`redis://`, `rediss://` with TLS, password and ACL user in the URL).
+//! Redis: standalone (`redis://`, `rediss://` with TLS, password and ACL user in the URL),
+//! Sentinel (follows failovers) and Cluster (one pipeline per node).
 
+mod backend;
 mod scripts;
+
+use backend::{Backend, ClusterBackend, Conn, SentinelBackend};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,8 +40,8 @@ impl Default for RedisStoreOptions {
     }
 }
 
-struct Scripts {
-    flush: redis::Script,
+pub(crate) struct Scripts {
+    pub(crate) flush: redis::Script,
     fixed_window: redis::Script,
     token_bucket: redis::Script,
     sliding_window: redis::Script,
@@ -61,14 +65,43 @@ impl Scripts {
 /// Connects lazily and reconnects in the background with exponential backoff; every call has a
 /// timeout, so a dead server costs a flush at most `timeout` and never blocks a request.
 pub struct RedisStore {
-    client: redis::Client,
-    connection: OnceCell<ConnectionManager>,
+    backend: Backend,
     options: RedisStoreOptions,
     scripts: Arc<Scripts>,
     description: String,
 }
 
-fn map_error(e: &RedisError) -> StoreError {
+/// Where a Redis deployment is and how to log in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisTarget {
+    /// One server: a `redis://` or `rediss://` URL.
+    Standalone(String),
+    /// Sentinels (`host:port`) monitoring `master`.
+    Sentinel {
+        /// Sentinel addresses.
+        sentinels: Vec<String>,
+        /// Master name.
+        master: String,
+        /// ACL user and password for the data nodes.
+        auth: Option<(Option<String>, String)>,
+        /// Database number.
+        db: u32,
+        /// TLS to the data nodes.
+        tls: bool,
+    },
+    /// Cluster seed nodes (`host:port`).
+    Cluster {
+        /// Seed nodes.
+        nodes: Vec<String>,
+        /// ACL user and password.
+        auth: Option<(Option<String>, String)>,
+        /// TLS.
+        tls: bool,
+    },
+}
+
+pub(crate) fn map_error(e: &RedisError) -> StoreError {
     if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
         StoreError::Unavailable(e.to_string())
     } else {
@@ -76,7 +109,7 @@ fn map_error(e: &RedisError) -> StoreError {
     }
 }
 
-fn is_noscript(e: &RedisError) -> bool {
+pub(crate) fn is_noscript(e: &RedisError) -> bool {
     e.code() == Some("NOSCRIPT")
 }
 
@@ -157,7 +190,7 @@ fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
 
 /// Items per flush script call: large enough that the call overhead vanishes, small enough
 /// that one call does not hold the server for long (about a millisecond).
-const BATCH: usize = 500;
+pub(crate) const BATCH: usize = 500;
 
 /// Splits items into runs of at most `BATCH` with one TTL each (the engine emits a rule's items
 /// together, so runs are long); returns the runs and where each starts.
@@ -179,7 +212,7 @@ fn batches(items: &[FlushItem]) -> (Vec<&[FlushItem]>, Vec<usize>) {
 }
 
 /// Spreads one batch reply over its items' results.
-fn fill_batch(
+pub(crate) fn fill_batch(
     batch: &[FlushItem],
     offset: usize,
     reply: &redis::RedisResult<Value>,
@@ -209,7 +242,7 @@ fn fill_batch(
     }
 }
 
-fn parse_time(v: &Value) -> Option<Nanos> {
+pub(crate) fn parse_time(v: &Value) -> Option<Nanos> {
     let Value::Array(parts) = v else { return None };
     let secs = as_u64(parts.first()?)?;
     let micros = as_u64(parts.get(1)?)?;
@@ -267,31 +300,81 @@ impl RedisStore {
     /// A store for the server at `url` (`redis://[user:pass@]host:port/db` or `rediss://...`).
     /// Does not connect yet.
     pub fn open(url: &str, options: RedisStoreOptions) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| StoreError::Refused(format!("invalid Redis URL: {e}")))?;
+        Self::connect(RedisTarget::Standalone(url.to_owned()), options)
+    }
+
+    /// A store for any deployment. Does not connect yet: the first call does, and a store that
+    /// cannot be reached makes calls fail fast (the engine falls back), never the start-up.
+    pub fn connect(target: RedisTarget, options: RedisStoreOptions) -> Result<Self, StoreError> {
+        let (backend, description) = match &target {
+            RedisTarget::Standalone(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| StoreError::Refused(format!("invalid Redis URL: {e}")))?;
+                (
+                    Backend::Standalone {
+                        client,
+                        conn: OnceCell::new(),
+                    },
+                    redact(url),
+                )
+            }
+            RedisTarget::Sentinel {
+                sentinels, master, ..
+            } => (
+                Backend::Sentinel(SentinelBackend::new(&target, &options)?),
+                format!("redis+sentinel://{}/{master}", sentinels.join(",")),
+            ),
+            RedisTarget::Cluster { nodes, .. } => (
+                Backend::Cluster(ClusterBackend::new(&target, &options)?),
+                format!("redis+cluster://{}", nodes.join(",")),
+            ),
+        };
         Ok(Self {
-            client,
-            connection: OnceCell::new(),
+            backend,
             options,
             scripts: Arc::new(Scripts::new()),
-            description: redact(url),
+            description,
         })
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let connection = self
-            .connection
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.options.connect_timeout))
-                    .set_response_timeout(Some(self.options.timeout))
-                    .set_number_of_retries(2)
-                    .set_max_delay(self.options.max_backoff);
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-                    .map_err(|e| map_error(&e))
-            })
-            .await?;
-        Ok(connection.clone())
+    async fn connection(&self) -> Result<Conn, StoreError> {
+        match &self.backend {
+            Backend::Standalone { client, conn } => {
+                let manager = conn
+                    .get_or_try_init(|| async {
+                        let config = ConnectionManagerConfig::new()
+                            .set_connection_timeout(Some(self.options.connect_timeout))
+                            .set_response_timeout(Some(self.options.timeout))
+                            .set_number_of_retries(2)
+                            .set_max_delay(self.options.max_backoff);
+                        ConnectionManager::new_lazy_with_config(client.clone(), config)
+                            .map_err(|e| map_error(&e))
+                    })
+                    .await?;
+                Ok(Conn::Manager(manager.clone()))
+            }
+            Backend::Sentinel(sentinel) => sentinel.connection(&self.options).await,
+            Backend::Cluster(cluster) => cluster.connection().await.map(Conn::Cluster),
+        }
+    }
+
+    /// After an error that may mean the master moved: forget the connection (Sentinel) or the
+    /// slot map (Cluster) so the next call finds the new one.
+    fn on_error(&self, error: &StoreError) {
+        let moved = match error {
+            StoreError::Unavailable(_) | StoreError::Timeout(_) => true,
+            other => {
+                let text = other.to_string();
+                text.contains("READONLY") || text.contains("MOVED") || text.contains("CLUSTERDOWN")
+            }
+        };
+        if moved {
+            match &self.backend {
+                Backend::Sentinel(s) => s.invalidate(),
+                Backend::Cluster(c) => c.invalidate(),
+                Backend::Standalone { .. } => {}
+            }
+        }
     }
 
     async fn with_timeout<T>(
@@ -319,6 +402,17 @@ impl RedisStore {
     /// One pipeline holding the items as batches of at most `BATCH` per script call. All items
     /// of a batch share one TTL (see [`batches`]).
     fn flush_pipeline(&self, batches: &[&[FlushItem]], with_time: bool) -> redis::Pipeline {
+        flush_pipeline(&self.scripts, batches, with_time)
+    }
+}
+
+/// One pipeline holding `batches`, one script call each, optionally followed by `TIME`.
+pub(crate) fn flush_pipeline(
+    scripts: &Scripts,
+    batches: &[&[FlushItem]],
+    with_time: bool,
+) -> redis::Pipeline {
+    {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for batch in batches {
@@ -327,7 +421,7 @@ impl RedisStore {
             });
             let cmd = pipe
                 .cmd("EVALSHA")
-                .arg(self.scripts.flush.get_hash())
+                .arg(scripts.flush.get_hash())
                 .arg(batch.len());
             for item in *batch {
                 cmd.arg(format!("{}:{}", item.key, item.window));
@@ -353,7 +447,9 @@ impl RedisStore {
         }
         pipe
     }
+}
 
+impl RedisStore {
     /// Sends `batches` in one pipeline; each batch's reply lands in `results` at `offsets`.
     /// Batches whose script was missing (NOSCRIPT: nothing ran) are sent again after loading.
     async fn flush_batches<C: redis::aio::ConnectionLike + Send>(
@@ -401,11 +497,30 @@ impl RedisStore {
             .iter()
             .map(|_| Err(StoreError::Refused("not sent".into())))
             .collect();
+        if let Backend::Cluster(cluster) = &self.backend {
+            let reply = cluster.flush(&self.scripts, items, results).await;
+            if let Ok(r) = &reply
+                && let Some(Err(e)) = r
+                    .results
+                    .iter()
+                    .find(|r| r.as_ref().is_err_and(|e| e.to_string().contains("MOVED")))
+            {
+                self.on_error(e);
+            }
+            return reply;
+        }
         let (batches, offsets) = batches(items);
         let mut conn = self.connection().await?;
         let (store_time, round_trips) = self
             .flush_batches(&mut conn, &batches, &offsets, &mut results)
             .await?;
+        // A demoted master refuses writes item by item: nothing was applied; find the new one.
+        if let Some(Err(e)) = results.iter().find(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.to_string().contains("READONLY"))
+        }) {
+            self.on_error(e);
+        }
         Ok(FlushReply {
             results,
             store_time,
@@ -488,15 +603,33 @@ impl RedisStore {
 
 impl CounterStore for RedisStore {
     fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
-        Box::pin(self.with_timeout(self.flush_inner(items)))
+        Box::pin(async move {
+            let r = self.with_timeout(self.flush_inner(items)).await;
+            if let Err(e) = &r {
+                self.on_error(e);
+            }
+            r
+        })
     }
 
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
-        Box::pin(self.with_timeout(self.exact_inner(request)))
+        Box::pin(async move {
+            let r = self.with_timeout(self.exact_inner(request)).await;
+            if let Err(e) = &r {
+                self.on_error(e);
+            }
+            r
+        })
     }
 
     fn time(&self) -> StoreFuture<'_, Nanos> {
-        Box::pin(self.with_timeout(self.time_inner()))
+        Box::pin(async move {
+            let r = self.with_timeout(self.time_inner()).await;
+            if let Err(e) = &r {
+                self.on_error(e);
+            }
+            r
+        })
     }
 
     fn describe(&self) -> String {

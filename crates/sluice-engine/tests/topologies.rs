@@ -1,0 +1,196 @@
+//! Synced flushing through Redis Sentinel (with a forced failover) and Redis Cluster (with a
+//! master killed), against real servers started by the test.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use sluice_engine::FlushReport;
+use sluice_store::{
+    CounterKey, CounterStore, FlushItem, RedisStore, RedisStoreOptions, RedisTarget,
+};
+use sluice_testkit::{RedisCluster, RedisSentinel};
+
+fn options() -> RedisStoreOptions {
+    RedisStoreOptions {
+        timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+        max_backoff: Duration::from_millis(200),
+    }
+}
+
+/// Reads each user's window total through the store (a flush of zero).
+async fn totals(store: &dyn CounterStore, users: &[String], window: u64) -> u64 {
+    let items: Vec<FlushItem> = users
+        .iter()
+        .map(|u| FlushItem {
+            key: CounterKey::new("d/user", &[u.as_str()]).as_str().into(),
+            window,
+            delta: 0,
+            ttl: Duration::from_secs(120),
+            entry: None,
+            want_previous: false,
+        })
+        .collect();
+    let reply = store.flush(&items).await.expect("read totals");
+    reply
+        .results
+        .iter()
+        .map(|r| r.as_ref().expect("total").total)
+        .sum()
+}
+
+/// One span of traffic: `per_user` checks for each user on the fleet's only instance.
+fn traffic(fleet: &Fleet, users: &[String], per_user: usize) -> u64 {
+    let mut admitted = 0;
+    for u in users {
+        for _ in 0..per_user {
+            if fleet.check(0, u).allowed {
+                admitted += 1;
+            }
+        }
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_while_flushing() {
+    let sentinel = RedisSentinel::start();
+    let target = RedisTarget::Sentinel {
+        sentinels: sentinel
+            .sentinel_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect(),
+        master: RedisSentinel::MASTER.to_owned(),
+        auth: None,
+        db: 0,
+        tls: false,
+    };
+    let store = Arc::new(RedisStore::connect(target, options()).unwrap());
+    let rules = synced_rule(1_000_000, "1h", 360, "predictive", "fixed_window");
+    let fleet = Fleet::new(&rules, store.clone(), &[0], false);
+    let users: Vec<String> = (0..20).map(|i| format!("user-{i}")).collect();
+    let mut t = T0;
+    let mut admitted = 0;
+    for _ in 0..3 {
+        fleet.set_time(t);
+        admitted += traffic(&fleet, &users, 5);
+        let report = fleet.instances[0].engine.flush().await;
+        assert_eq!(report.failed, 0, "{report:?}");
+        t += 10 * SECOND;
+    }
+    let old_master = sentinel.master_port().unwrap();
+    let failover = std::thread::spawn(move || {
+        let new = sentinel.failover();
+        (sentinel, new)
+    });
+    // Keep flushing every span (here: every 100 ms of real time) while the failover runs.
+    let mut reports: Vec<FlushReport> = Vec::new();
+    while !failover.is_finished() {
+        fleet.set_time(t);
+        admitted += traffic(&fleet, &users, 1);
+        reports.push(fleet.instances[0].engine.flush().await);
+        t += 10 * SECOND;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (sentinel, new_master) = failover.join().unwrap();
+    assert_ne!(old_master, new_master);
+    // Within two spans after the switch, flushes succeed against the new master.
+    let mut ok_after = None;
+    for span in 0..2 {
+        fleet.set_time(t);
+        admitted += traffic(&fleet, &users, 1);
+        let report = fleet.instances[0].engine.flush().await;
+        t += 10 * SECOND;
+        if report.failed == 0 && report.error.is_none() {
+            ok_after = Some(span);
+            break;
+        }
+    }
+    assert!(
+        ok_after.is_some(),
+        "flushes did not resume within two spans; during failover: {reports:?}"
+    );
+    // Every admitted request reached the new master exactly once: nothing was written to the
+    // demoted master after the switch (it would refuse with READONLY and the count be resent).
+    let window = T0 / (3600 * SECOND);
+    let total = totals(&*store, &users, window).await;
+    assert_eq!(total, admitted);
+    // Sentinel reconfigures the old master as a replica of the new one (it refuses writes).
+    let demoted = sluice_testkit::wait_until(Duration::from_secs(15), || {
+        sluice_testkit::raw_command(old_master, "ROLE").contains("slave")
+    });
+    assert!(demoted, "old master not demoted");
+    drop(sentinel);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_flush_per_node_and_after_a_master_dies() {
+    let mut cluster = RedisCluster::start();
+    let target = RedisTarget::Cluster {
+        nodes: cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect(),
+        auth: None,
+        tls: false,
+    };
+    let store = Arc::new(RedisStore::connect(target, options()).unwrap());
+    let rules = synced_rule(1_000_000, "1h", 360, "predictive", "fixed_window");
+    let fleet = Fleet::new(&rules, store.clone(), &[0], false);
+    // Enough users that their hash tags land on every master.
+    let users: Vec<String> = (0..300).map(|i| format!("user-{i}")).collect();
+    let mut t = T0;
+    fleet.set_time(t);
+    let mut admitted = traffic(&fleet, &users, 2);
+    let report = fleet.instances[0].engine.flush().await;
+    assert_eq!(report.failed, 0, "{report:?}");
+    assert_eq!(report.items, 300);
+    // The first flush also loads the script on each master (two more round trips each).
+    assert_eq!(report.round_trips, 9, "{report:?}");
+    admitted += traffic(&fleet, &users, 1);
+    let report = fleet.instances[0].engine.flush().await;
+    assert_eq!((report.items, report.failed), (300, 0), "{report:?}");
+    assert_eq!(report.round_trips, 3, "one pipeline per master: {report:?}");
+    for port in cluster.master_ports() {
+        let keys = sluice_testkit::raw_command(port, "DBSIZE");
+        assert!(
+            !keys.starts_with(":0"),
+            "master {port} holds no key: {keys}"
+        );
+    }
+    let victim = cluster.master_ports()[0];
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill_master_and_wait_failover(victim);
+        cluster
+    })
+    .await
+    .unwrap();
+    // Flushing resumes: the counts kept while the slot's master was gone arrive.
+    let mut resumed = false;
+    for _ in 0..20 {
+        t += 10 * SECOND;
+        fleet.set_time(t);
+        admitted += traffic(&fleet, &users, 1);
+        let report = fleet.instances[0].engine.flush().await;
+        if report.failed == 0 && report.error.is_none() {
+            resumed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(resumed, "flushing did not resume after the failover");
+    let window = T0 / (3600 * SECOND);
+    let total = totals(&*store, &users, window).await;
+    // Writes acknowledged by the dead master but not yet replicated may be lost (Redis
+    // replication is asynchronous); everything sent after it died arrives.
+    assert!(
+        total <= admitted && total >= admitted - 300 * 2,
+        "total {total}, admitted {admitted}"
+    );
+    drop(cluster);
+}

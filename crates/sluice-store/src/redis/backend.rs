@@ -1,0 +1,430 @@
+//! Connections to the three kinds of deployment.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Cmd, ConnectionAddr, Pipeline, RedisFuture, Value};
+use tokio::sync::OnceCell;
+
+use super::{
+    BATCH, RedisStoreOptions, RedisTarget, Scripts, fill_batch, flush_pipeline, is_noscript,
+    map_error, parse_time,
+};
+use crate::{FlushItem, FlushOutcome, FlushReply, StoreError};
+
+pub(super) enum Backend {
+    Standalone {
+        client: redis::Client,
+        conn: OnceCell<ConnectionManager>,
+    },
+    Sentinel(SentinelBackend),
+    Cluster(ClusterBackend),
+}
+
+/// Any of the connections, usable wherever redis-rs wants a connection.
+pub(super) enum Conn {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Manager(c) => c.req_packed_command(cmd),
+            Conn::Multiplexed(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Manager(c) => c.get_db(),
+            Conn::Multiplexed(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+fn addr(host_port: &str, tls: bool) -> Result<ConnectionAddr, StoreError> {
+    let (host, port) = host_port
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.trim_matches(['[', ']']).to_owned(), p.parse().ok()?)))
+        .ok_or_else(|| {
+            StoreError::Refused(format!("invalid address `{host_port}`; write host:port"))
+        })?;
+    Ok(if tls {
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host, port)
+    })
+}
+
+/// Sentinel: asks the Sentinels for the master, keeps one multiplexed connection to it, and
+/// forgets it on any error that may mean a failover (I/O, timeout, READONLY), so the next call
+/// asks again. A master that was demoted refuses writes with READONLY, so no write is ever
+/// applied to it after the switch.
+pub(super) struct SentinelBackend {
+    client: tokio::sync::Mutex<SentinelClient>,
+    current: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl SentinelBackend {
+    pub(super) fn new(
+        target: &RedisTarget,
+        _options: &RedisStoreOptions,
+    ) -> Result<Self, StoreError> {
+        let RedisTarget::Sentinel {
+            sentinels,
+            master,
+            auth,
+            db,
+            tls,
+        } = target
+        else {
+            return Err(StoreError::Refused("not a sentinel target".into()));
+        };
+        let addrs = sentinels
+            .iter()
+            .map(|s| addr(s, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)
+            .map_err(|e| map_error(&e))?
+            .set_client_to_redis_db(i64::from(*db));
+        if let Some((user, password)) = auth {
+            if let Some(user) = user {
+                builder = builder.set_client_to_redis_username(user);
+            }
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if *tls {
+            builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        }
+        let client = builder.build().map_err(|e| map_error(&e))?;
+        Ok(Self {
+            client: tokio::sync::Mutex::new(client),
+            current: Mutex::new(None),
+        })
+    }
+
+    pub(super) async fn connection(&self, options: &RedisStoreOptions) -> Result<Conn, StoreError> {
+        if let Some(c) = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(Conn::Multiplexed(c));
+        }
+        let client = self
+            .client
+            .lock()
+            .await
+            .async_get_client()
+            .await
+            .map_err(|e| map_error(&e))?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.timeout));
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| map_error(&e))?;
+        // Right after a failover a Sentinel may still name the old master: check its role.
+        let role: Value = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        let is_master = matches!(&role, Value::Array(parts) if parts.first().is_some_and(|v| matches!(v, Value::BulkString(b) if b == b"master")));
+        if !is_master {
+            return Err(StoreError::Unavailable(
+                "the server Sentinel named is not a master yet".into(),
+            ));
+        }
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok(Conn::Multiplexed(conn))
+    }
+
+    pub(super) fn invalidate(&self) {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+}
+
+/// (first slot, last slot, host, port) of each master.
+type SlotMap = Vec<(u16, u16, String, u16)>;
+
+/// Cluster: one pipeline per master node per flush, every batch inside it single-slot (the
+/// keys of one rule and descriptor share a hash tag).
+pub(super) struct ClusterBackend {
+    client: redis::cluster::ClusterClient,
+    conn: OnceCell<ClusterConnection>,
+    /// (first slot, last slot, host, port) of each master, refreshed after errors.
+    slots: Mutex<Option<Arc<SlotMap>>>,
+}
+
+/// The cluster slot of a key: CRC16 (XMODEM) of its hash tag, mod 16384, as the Redis Cluster
+/// specification defines it. redis-rs computes this too but does not export it.
+pub(super) fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(bytes) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc & 0x3fff
+}
+
+impl ClusterBackend {
+    pub(super) fn new(
+        target: &RedisTarget,
+        options: &RedisStoreOptions,
+    ) -> Result<Self, StoreError> {
+        let RedisTarget::Cluster { nodes, auth, tls } = target else {
+            return Err(StoreError::Refused("not a cluster target".into()));
+        };
+        let scheme = if *tls { "rediss" } else { "redis" };
+        let urls: Vec<String> = nodes.iter().map(|n| format!("{scheme}://{n}")).collect();
+        let mut builder = redis::cluster::ClusterClientBuilder::new(urls)
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.timeout)
+            .retries(1);
+        if let Some((user, password)) = auth {
+            if let Some(user) = user {
+                builder = builder.username(user);
+            }
+            builder = builder.password(password);
+        }
+        let client = builder.build().map_err(|e| map_error(&e))?;
+        Ok(Self {
+            client,
+            conn: OnceCell::new(),
+            slots: Mutex::new(None),
+        })
+    }
+
+    pub(super) async fn connection(&self) -> Result<ClusterConnection, StoreError> {
+        self.conn
+            .get_or_try_init(|| async {
+                self.client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| map_error(&e))
+            })
+            .await
+            .cloned()
+    }
+
+    pub(super) fn invalidate(&self) {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    async fn slot_map(&self, conn: &mut ClusterConnection) -> Result<Arc<SlotMap>, StoreError> {
+        if let Some(map) = self.slots.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(map);
+        }
+        let reply: Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        let bad = || StoreError::BadReply {
+            key: "CLUSTER SLOTS".into(),
+            detail: format!("{reply:?}"),
+        };
+        let Value::Array(ranges) = &reply else {
+            return Err(bad());
+        };
+        let mut map = Vec::new();
+        for range in ranges {
+            let Value::Array(parts) = range else {
+                return Err(bad());
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (parts.first(), parts.get(1), parts.get(2))
+            else {
+                return Err(bad());
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+                _ => return Err(bad()),
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                return Err(bad());
+            };
+            map.push((*start as u16, *end as u16, host, *port as u16));
+        }
+        let map = Arc::new(map);
+        *self.slots.lock().unwrap_or_else(|p| p.into_inner()) = Some(map.clone());
+        Ok(map)
+    }
+
+    /// Sends one pipeline per master, concurrently.
+    pub(super) async fn flush(
+        &self,
+        scripts: &Arc<Scripts>,
+        items: &[FlushItem],
+        mut results: Vec<Result<FlushOutcome, StoreError>>,
+    ) -> Result<FlushReply, StoreError> {
+        let mut conn = self.connection().await?;
+        let map = self.slot_map(&mut conn).await?;
+        // node -> (slot, item index), sorted so each slot's items are contiguous.
+        let mut by_node: BTreeMap<(String, u16), Vec<(u16, usize)>> = BTreeMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let slot = slot_of(&item.key);
+            let Some((_, _, host, port)) =
+                map.iter().find(|(a, b, _, _)| (*a..=*b).contains(&slot))
+            else {
+                results[i] = Err(StoreError::Unavailable(format!(
+                    "no node serves slot {slot}"
+                )));
+                continue;
+            };
+            by_node
+                .entry((host.clone(), *port))
+                .or_default()
+                .push((slot, i));
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for ((host, port), mut members) in by_node {
+            members.sort_unstable();
+            // Batches: one slot and one TTL each, at most BATCH items.
+            let mut batches: Vec<(Vec<usize>, Vec<FlushItem>)> = Vec::new();
+            for (slot, i) in members {
+                let fits = batches
+                    .last()
+                    .is_some_and(|(idx, b): &(Vec<usize>, Vec<FlushItem>)| {
+                        b.len() < BATCH
+                            && slot_of(&b[0].key) == slot
+                            && b[0].ttl == items[i].ttl
+                            && idx.len() == b.len()
+                    });
+                if !fits {
+                    batches.push((Vec::new(), Vec::new()));
+                }
+                let last = batches.last_mut().expect("just pushed");
+                last.0.push(i);
+                last.1.push(items[i].clone());
+            }
+            let mut conn = conn.clone();
+            let scripts = scripts.clone();
+            tasks.spawn(async move {
+                let route = SingleNodeRoutingInfo::ByAddress { host, port };
+                let slices: Vec<&[FlushItem]> = batches.iter().map(|(_, b)| b.as_slice()).collect();
+                let pipe = flush_pipeline(&scripts, &slices, true);
+                let mut raw = conn.route_pipeline(pipe.clone(), 0, slices.len() + 1, route.clone()).await;
+                let mut round_trips = 1;
+                let noscript = matches!(&raw, Ok(values) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
+                if noscript {
+                    let mut load = redis::pipe();
+                    load.cmd("SCRIPT").arg("LOAD").arg(super::scripts::FLUSH_BATCH);
+                    let _ = conn.route_pipeline(load, 0, 1, route.clone()).await;
+                    raw = conn.route_pipeline(pipe, 0, slices.len() + 1, route).await;
+                    round_trips += 2;
+                }
+                (batches, raw, round_trips)
+            });
+        }
+        let mut round_trips = 0;
+        let mut store_time = None;
+        while let Some(done) = tasks.join_next().await {
+            let Ok((batches, raw, trips)) = done else {
+                continue;
+            };
+            round_trips += trips;
+            match raw {
+                Ok(values) => {
+                    store_time = store_time.or_else(|| values.last().and_then(parse_time));
+                    for ((indices, batch), value) in batches.iter().zip(values) {
+                        let reply = match value {
+                            Value::ServerError(e) => Err(redis::RedisError::from(e)),
+                            v => Ok(v),
+                        };
+                        let mut local: Vec<Result<FlushOutcome, StoreError>> = batch
+                            .iter()
+                            .map(|_| Err(StoreError::Refused("not sent".into())))
+                            .collect();
+                        fill_batch(batch, 0, &reply, &mut local);
+                        for (&i, r) in indices.iter().zip(local) {
+                            results[i] = r;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let err = map_error(&e);
+                    for (indices, _) in &batches {
+                        for &i in indices {
+                            results[i] = Err(err.clone());
+                        }
+                    }
+                    if !is_noscript(&e) {
+                        self.invalidate();
+                    }
+                }
+            }
+        }
+        if results
+            .iter()
+            .all(|r| r.as_ref().is_err_and(StoreError::is_unavailable))
+            && !items.is_empty()
+        {
+            return Err(StoreError::Unavailable(
+                "no cluster node answered the flush".into(),
+            ));
+        }
+        Ok(FlushReply {
+            results,
+            store_time,
+            round_trips,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_match_the_cluster_specification() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(super::slot_of("123456789"), 0x31c3 & 0x3fff);
+        assert_eq!(super::slot_of("foo"), 12182);
+        assert_eq!(
+            super::slot_of("{user1000}.following"),
+            super::slot_of("user1000")
+        );
+        assert_eq!(super::slot_of("foo{}{bar}"), super::slot_of("foo{}{bar}"));
+    }
+}
