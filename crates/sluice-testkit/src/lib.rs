@@ -8,6 +8,8 @@
 //! redis.restart();                // same port, empty data
 //! ```
 
+pub mod conformance;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

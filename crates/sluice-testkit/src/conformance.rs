@@ -1,0 +1,200 @@
+//! The store conformance suite: every [`CounterStore`] must pass it, the embedded memory store
+//! and each Redis topology alike. Each run uses keys under a fresh prefix, so several runs can
+//! share one server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::Decision;
+use sluice_store::{
+    CounterKey, CounterStore, ExactAlgorithm, ExactRequest, FlushItem, NodeEntry, StoreError,
+    decide_in_memory,
+};
+
+fn item(key: &CounterKey, window: u64, delta: u64, node: Option<(&str, u64)>) -> FlushItem {
+    FlushItem {
+        key: key.as_str().into(),
+        window,
+        delta,
+        ttl: Duration::from_secs(120),
+        entry: node.map(|(n, count)| NodeEntry {
+            node: n.into(),
+            count,
+            at_ms: 1_700_000_000_000,
+            rate_milli: 2500,
+        }),
+        want_previous: true,
+    }
+}
+
+/// Flush semantics: totals per window, the previous window's total, per-node entries, many
+/// keys in one call, and a zero delta that only reads.
+pub async fn flush_semantics(store: &dyn CounterStore, prefix: &str) {
+    let rule = format!("{prefix}/user");
+    let k = CounterKey::new(&rule, &["alice"]);
+    let other = CounterKey::new(&rule, &["bob"]);
+    let reply = store
+        .flush(&[
+            item(&k, 10, 5, None),
+            item(&other, 10, 1, None),
+            item(&k, 9, 2, None),
+        ])
+        .await
+        .expect("flush");
+    assert!(
+        reply.store_time.is_some(),
+        "{}: no store time",
+        store.describe()
+    );
+    let totals: Vec<u64> = reply
+        .results
+        .iter()
+        .map(|r| r.as_ref().expect("item").total)
+        .collect();
+    assert_eq!(totals, [5, 1, 2], "{}", store.describe());
+    let reply = store
+        .flush(&[
+            item(&k, 10, 3, Some(("node-a", 8))),
+            item(&k, 10, 0, Some(("node-b", 1))),
+        ])
+        .await
+        .expect("flush");
+    let a = reply.results[0].as_ref().expect("item");
+    assert_eq!(
+        (a.total, a.previous_total),
+        (8, Some(2)),
+        "{}",
+        store.describe()
+    );
+    let b = reply.results[1].as_ref().expect("item");
+    assert_eq!(b.total, 8);
+    let mut nodes: Vec<_> = b
+        .entries
+        .iter()
+        .map(|e| (e.node.to_string(), e.count))
+        .collect();
+    nodes.sort();
+    assert_eq!(
+        nodes,
+        [("node-a".to_owned(), 8), ("node-b".to_owned(), 1)],
+        "{}",
+        store.describe()
+    );
+    // Many keys (all slots of a cluster) in one flush.
+    let many: Vec<FlushItem> = (0..2000)
+        .map(|i| {
+            item(
+                &CounterKey::new(&rule, &[format!("user-{i}").as_str()]),
+                1,
+                i % 7 + 1,
+                None,
+            )
+        })
+        .collect();
+    let reply = store.flush(&many).await.expect("flush of many keys");
+    for (i, r) in reply.results.iter().enumerate() {
+        assert_eq!(
+            r.as_ref().expect("item").total,
+            i as u64 % 7 + 1,
+            "{}",
+            store.describe()
+        );
+    }
+}
+
+/// Exact mode: the store decides exactly as `sluice-core` does, step for step, on a
+/// pseudo-random sequence (forward steps, jumps, and the clock going backwards).
+pub async fn exact_agrees_with_core(store: &dyn CounterStore, prefix: &str) {
+    let algorithms = [
+        ExactAlgorithm::FixedWindow {
+            limit: 5,
+            window_us: 1_000_000,
+        },
+        ExactAlgorithm::TokenBucket {
+            limit: 5,
+            window_us: 1_000_000,
+            burst: 3,
+        },
+        ExactAlgorithm::SlidingWindow {
+            limit: 7,
+            window_us: 2_000_000,
+        },
+        ExactAlgorithm::SlidingLog {
+            limit: 4,
+            window_us: 1_500_000,
+        },
+    ];
+    for (i, algorithm) in algorithms.into_iter().enumerate() {
+        let mut rng = 0x5eed_u64 + i as u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let key: Arc<str> = CounterKey::new(&format!("{prefix}/exact{i}"), &["k"])
+            .as_str()
+            .into();
+        let mut state = None;
+        let mut now_us = 1_700_000_000_000_000u64;
+        let (mut allowed, mut denied) = (0, 0);
+        for step in 0..300 {
+            match next() % 10 {
+                0 => now_us = now_us.saturating_sub(next() % 300_000),
+                1 => now_us += next() % 3_000_000,
+                _ => now_us += next() % 150_000,
+            }
+            let cost = match next() % 10 {
+                0 => 0,
+                1 => 1 + next() % 8,
+                _ => 1,
+            };
+            let request = ExactRequest {
+                key: key.clone(),
+                algorithm,
+                now_us,
+                cost,
+            };
+            let (expected, next_state) =
+                decide_in_memory(&request, state.take()).expect("valid parameters");
+            state = Some(next_state);
+            let actual = store.exact(&request).await.expect("exact decision");
+            assert_eq!(
+                actual,
+                expected,
+                "{}: {algorithm:?} step {step}",
+                store.describe()
+            );
+            match expected {
+                Decision::Allowed(_) => allowed += 1,
+                Decision::Denied(_) => denied += 1,
+                _ => {}
+            }
+        }
+        assert!(
+            allowed > 20 && denied > 20,
+            "{algorithm:?}: one-sided sequence"
+        );
+    }
+}
+
+/// The whole suite.
+pub async fn run(store: &dyn CounterStore, prefix: &str) {
+    flush_semantics(store, prefix).await;
+    exact_agrees_with_core(store, prefix).await;
+}
+
+/// Asserts that `error` is a per-key bad reply naming `key`.
+pub fn assert_bad_reply(
+    result: &Result<sluice_store::FlushOutcome, StoreError>,
+    key: &str,
+    contains: &str,
+) {
+    match result {
+        Err(StoreError::BadReply { key: k, detail }) => {
+            assert_eq!(k, key);
+            assert!(detail.contains(contains), "{detail}");
+        }
+        other => panic!("expected a bad reply for {key}, got {other:?}"),
+    }
+}
