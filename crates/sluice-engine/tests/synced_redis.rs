@@ -122,8 +122,12 @@ async fn killing_redis_mid_window_never_blocks_and_loses_no_count() {
     assert!(admitted <= limit + limit / 20, "admitted {admitted}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_key_of_the_wrong_type_is_reported_and_kept_without_panic() {
+    // Metrics go to a recorder local to this (single) test thread.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _guard = metrics::set_default_local_recorder(&recorder);
     let server = RedisServer::start();
     let rules = synced_rule(100, "60s", 6, "predictive", "fixed_window");
     let fleet = Fleet::new(&rules, redis_store(&server), &[0], false);
