@@ -152,4 +152,27 @@ async fn a_key_of_the_wrong_type_is_reported_and_kept_without_panic() {
         .engine
         .key_info("d", &[("user", "mallory")])[0];
     assert_eq!(info.unflushed, 1);
+    let metrics = snapshotter.snapshot().into_vec();
+    let value = |name: &str, label: (&str, &str)| {
+        metrics.iter().find_map(|(key, _, _, value)| {
+            let k = key.key();
+            (k.name() == name
+                && k.labels()
+                    .any(|l| l.key() == label.0 && l.value() == label.1))
+            .then(|| format!("{value:?}"))
+        })
+    };
+    assert_eq!(
+        value("sluice_store_errors_total", ("kind", "bad_reply")).as_deref(),
+        Some("Counter(1)")
+    );
+    assert_eq!(
+        value("sluice_decisions_total", ("outcome", "allowed")).as_deref(),
+        Some("Counter(2)")
+    );
+    assert_eq!(
+        value("sluice_flushes_total", ("result", "ok")).as_deref(),
+        Some("Counter(1)")
+    );
+    assert!(value("sluice_tracked_keys", ("rule", "d/user")).is_some());
 }
