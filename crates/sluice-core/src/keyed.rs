@@ -131,6 +131,20 @@ where
         cell.transition(|state| algorithm.check(state, now, cost))
     }
 
+    /// Gives back `amount` units to `key` (see [`Algorithm::refill`]); an untracked key already
+    /// has its whole quota. Returns whether the key was tracked.
+    pub fn refill_at<Q>(&self, key: &Q, now: Nanos, amount: u64) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let guard = self.map.guard();
+        let Some(cell) = self.map.get(key, &guard) else {
+            return false;
+        };
+        cell.transition(|state| ((), self.algorithm.refill(state, now, amount)));
+        true
+    }
+
     /// Forgets keys whose state is the same as a fresh key's at `now`; returns how many.
     /// Decisions are unchanged by this; only memory is freed.
     pub fn evict_idle(&self, now: Nanos) -> usize {

@@ -288,3 +288,25 @@ fn cost_above_capacity_is_not_a_denial() {
         assert_eq!(d.retry_after(), None);
     }
 }
+
+#[test]
+fn refill_returns_tokens_but_never_above_capacity() {
+    let rate = Rate::new(10, Duration::from_secs(1)).unwrap();
+    let gcra = Gcra::new(rate);
+    let (_, s) = gcra.check(0, START, 10);
+    assert!(!gcra.check(s, START, 1).0.is_allowed());
+    let s = gcra.refill(s, START, 4);
+    assert_eq!(gcra.check(s, START, 0).0.remaining(), 4);
+    // Refilling more than was taken leaves a full bucket, not more.
+    let s = gcra.refill(s, START, 100);
+    assert_eq!(gcra.check(s, START, 0).0.remaining(), 10);
+    let fw = FixedWindow::new(rate);
+    let (_, s) = fw.check(Default::default(), START, 7);
+    let s = fw.refill(s, START, 20);
+    assert_eq!(fw.check(s, START, 0).0.remaining(), 10);
+    let log = SlidingLog::new(rate);
+    let (_, s) = log.check(Default::default(), START, 6);
+    let (_, s) = log.check(s, START + 1, 3);
+    let s = log.refill(s, START + 1, 5);
+    assert_eq!(log.check(s, START + 1, 0).0.remaining(), 6);
+}

@@ -25,6 +25,9 @@ pub enum EngineError {
     /// No rule file defines this domain.
     #[error("unknown domain `{0}`")]
     UnknownDomain(String),
+    /// `exact` rules count in the store with a script per request; they take no refills.
+    #[error("rule `{0}` is in exact mode, which does not take refills")]
+    RefillUnsupported(String),
 }
 
 /// Settings that are not in the rule files.
@@ -70,7 +73,11 @@ struct RuleEngine {
     shadow: bool,
     limit: Option<(u64, Duration)>,
     policy: &'static str,
-    kind: RuleKind,
+    /// Shared with the engine a reload builds, when the rule did not change: its counters
+    /// survive the reload.
+    kind: Arc<RuleKind>,
+    /// The rule's resolved settings; a reload keeps `kind` only when these are equal.
+    signature: String,
     /// Allocated on first overflow (256 KiB), never for rules that stay under the cap.
     overflow: std::sync::OnceLock<OverflowSketch>,
     /// Last span number flushed (synced rules).
@@ -111,6 +118,7 @@ pub struct Engine {
     max_keys: usize,
     min_span_ns: u64,
     follow_store_clock: bool,
+    options: EngineOptions,
 }
 
 fn default_node_id(clock: &dyn Clock) -> String {
@@ -134,6 +142,45 @@ impl Engine {
         store: Arc<dyn CounterStore>,
         clock: Arc<dyn Clock>,
         options: EngineOptions,
+    ) -> Self {
+        Self::build(rules, defaults, store, clock, options, None)
+    }
+
+    /// An engine for new rules that keeps this one's store, clock, node id, clock offset and
+    /// options, and the counters of every rule whose id and resolved settings did not change.
+    pub fn reload(&self, rules: &RuleSet, defaults: &RuleSettings) -> Self {
+        let options = EngineOptions {
+            node_id: Some(self.node.to_string()),
+            shared_store: self.options.shared_store,
+            max_keys_per_rule: self.max_keys,
+            expected_instances: self.options.expected_instances,
+            follow_store_clock: self.follow_store_clock,
+        };
+        let engine = Self::build(rules, defaults, self.store.clone(), self.clock.clone(), options, Some(self));
+        engine.offset_ns.store(self.offset_ns.load(Ordering::Relaxed), Ordering::Relaxed);
+        engine.store_ok.store(self.store_ok(), Ordering::Relaxed);
+        engine.store_reached.store(self.store_reached(), Ordering::Relaxed);
+        engine
+    }
+
+    /// How many rules of `other` share their counters with this engine (kept by a reload).
+    pub fn shared_rules(&self, other: &Engine) -> usize {
+        self.rules()
+            .filter(|r| other.rules().any(|o| Arc::ptr_eq(&r.kind, &o.kind)))
+            .count()
+    }
+
+    fn rules(&self) -> impl Iterator<Item = &RuleEngine> {
+        self.domains.values().flat_map(|t| t.rules.iter())
+    }
+
+    fn build(
+        rules: &RuleSet,
+        defaults: &RuleSettings,
+        store: Arc<dyn CounterStore>,
+        clock: Arc<dyn Clock>,
+        options: EngineOptions,
+        previous: Option<&Engine>,
     ) -> Self {
         let node: Arc<str> = options
             .node_id
@@ -201,13 +248,23 @@ impl Engine {
                     }
                 };
                 let allowed = counter!("sluice_decisions_total", "domain" => domain.name().to_owned(), "rule" => rule.id.clone(), "outcome" => "allowed", "reason" => "");
+                let signature = match &rule.limit {
+                    Limit::Unlimited => "unlimited".to_owned(),
+                    Limit::Limited(spec) => format!("{:?} {policy}", spec.resolve(defaults)),
+                };
+                let kept = previous.and_then(|p| {
+                    p.rules()
+                        .find(|r| *r.id == *rule.id && r.signature == signature)
+                        .map(|r| Arc::clone(&r.kind))
+                });
                 engines.push(RuleEngine {
                     id,
                     name: rule.name.as_deref().map(Arc::from),
                     shadow: rule.shadow_mode,
                     limit,
                     policy,
-                    kind,
+                    kind: kept.unwrap_or_else(|| Arc::new(kind)),
+                    signature,
                     overflow: std::sync::OnceLock::new(),
                     flushed_span: AtomicU64::new(0),
                     allowed,
@@ -237,6 +294,7 @@ impl Engine {
                 min_span_ns
             },
             follow_store_clock: options.follow_store_clock,
+            options,
         }
     }
 
@@ -291,6 +349,24 @@ impl Engine {
         K: AsRef<str>,
         V: AsRef<str>,
     {
+        self.check_each(domain, descriptors, std::slice::from_ref(&cost))
+            .await
+    }
+
+    /// Like [`Engine::check`] with a cost per descriptor (Envoy's per-descriptor
+    /// `hits_addend`); descriptors beyond `costs` use its last value.
+    pub async fn check_each<D, K, V>(
+        &self,
+        domain: &str,
+        descriptors: &[D],
+        costs: &[u64],
+    ) -> Result<Verdict<'_>, EngineError>
+    where
+        D: AsRef<[(K, V)]>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let cost_of = |i: usize| costs.get(i).or(costs.last()).copied().unwrap_or(1);
         let table = self
             .domains
             .get(domain)
@@ -317,12 +393,12 @@ impl Engine {
             let engine = &table.rules[rule.index];
             let entries = descriptors[di].as_ref();
             let rule_cost = if verdict.allowed || engine.shadow {
-                cost
+                cost_of(di)
             } else {
                 0
             };
             let (decision, reason) = self.check_rule(engine, entries, now, rule_cost).await;
-            let outcome = match (&engine.kind, decision) {
+            let outcome = match (&*engine.kind, decision) {
                 (RuleKind::Unlimited, _) => Outcome::Unlimited,
                 (_, Decision::Allowed(_)) => Outcome::Allowed,
                 (_, Decision::InsufficientCapacity(_)) if engine.shadow => Outcome::ShadowDenied,
@@ -372,7 +448,7 @@ impl Engine {
             let values: SmallVec<[&str; 4]> = values().collect();
             CounterKey::new(&engine.id, &values).as_str().into()
         };
-        match &engine.kind {
+        match &*engine.kind {
             RuleKind::Unlimited => (
                 Decision::Allowed(sluice_core::Allowed {
                     remaining: u64::MAX,
@@ -448,6 +524,33 @@ impl Engine {
         }
     }
 
+    /// Gives back `amount` units that a client acquired but did not use, to every rule that
+    /// matches the descriptor (never above a rule's capacity). Returns how many rules took it.
+    pub fn refill<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+        amount: u64,
+    ) -> Result<usize, EngineError> {
+        let table = self
+            .domains
+            .get(domain)
+            .ok_or_else(|| EngineError::UnknownDomain(domain.to_owned()))?;
+        let now = self.now();
+        let mut refilled = 0;
+        for rule in table.domain.match_descriptor(entries) {
+            let engine = &table.rules[rule.index];
+            let took = with_key(entries.iter().map(|(_, v)| v.as_ref()), |key| match &*engine.kind {
+                RuleKind::Local(local) => Ok(local.refill(key, now, amount)),
+                RuleKind::Synced(synced) => Ok(synced.refill(key, amount)),
+                RuleKind::Exact(_) => Err(EngineError::RefillUnsupported(engine.id.to_string())),
+                RuleKind::Unlimited => Ok(false),
+            })?;
+            refilled += usize::from(took);
+        }
+        Ok(refilled)
+    }
+
     /// What this instance knows about one descriptor's keys under each matching synced rule
     /// (for the admin endpoint and tests).
     pub fn key_info<K: AsRef<str>, V: AsRef<str>>(
@@ -464,7 +567,7 @@ impl Engine {
             .match_descriptor(entries)
             .filter_map(|rule| {
                 let engine = &table.rules[rule.index];
-                let RuleKind::Synced(synced) = &engine.kind else {
+                let RuleKind::Synced(synced) = &*engine.kind else {
                     return None;
                 };
                 with_key(entries.iter().map(|(_, v)| v.as_ref()), |key| {
@@ -492,13 +595,12 @@ impl Engine {
     async fn flush_rules(&self, all: bool) -> FlushReport {
         let _one_at_a_time = self.flushing.lock().await;
         let now = self.now();
-        let raw_now = self.clock.now();
         let mut items: Vec<FlushItem> = Vec::new();
         let mut pending: Vec<(&RuleEngine, PendingFlush)> = Vec::new();
         let mut report = FlushReport::default();
         for table in self.domains.values() {
             for engine in &table.rules {
-                match &engine.kind {
+                match &*engine.kind {
                     RuleKind::Synced(synced) => {
                         let span = now / synced.params.span_ns;
                         if !all && engine.flushed_span.load(Ordering::Relaxed) == span {
@@ -524,7 +626,7 @@ impl Engine {
                         pending.extend(mine.into_iter().map(|p| (engine, p)));
                     }
                     RuleKind::Local(local) => {
-                        let evicted = local.evict_idle(raw_now);
+                        let evicted = local.evict_idle(now);
                         report.evicted += evicted;
                         gauge!("sluice_tracked_keys", "rule" => engine.id.to_string())
                             .set(local.len() as f64);
@@ -571,7 +673,7 @@ impl Engine {
                 }
                 let now = self.now();
                 for (engine, p) in &pending {
-                    if let RuleKind::Synced(synced) = &engine.kind
+                    if let RuleKind::Synced(synced) = &*engine.kind
                         && !synced.apply(p, Some(&reply.results), &self.node, now)
                     {
                         report.failed += 1;
@@ -585,7 +687,7 @@ impl Engine {
                 counter!("sluice_flushes_total", "result" => "error").increment(1);
                 tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply");
                 for (engine, p) in &pending {
-                    if let RuleKind::Synced(synced) = &engine.kind {
+                    if let RuleKind::Synced(synced) = &*engine.kind {
                         synced.apply(p, None, &self.node, now);
                     }
                 }

@@ -74,6 +74,10 @@ impl LocalLimiter {
         each!(self, l => l.check_at(key, now, cost))
     }
 
+    pub(crate) fn refill(&self, key: &str, now: Nanos, amount: u64) -> bool {
+        each!(self, l => l.refill_at(key, now, amount))
+    }
+
     pub(crate) fn len(&self) -> usize {
         each!(self, l => l.len())
     }

@@ -326,6 +326,22 @@ impl SyncedRule {
         entry.lock().check(&self.params, now, cost, store_ok)
     }
 
+    /// Gives back `amount` for `key`. Counts not yet flushed are taken back exactly; beyond
+    /// them the store already holds the count, so only this instance's own view is lowered
+    /// (the global total stays conservative). Returns whether the key was tracked.
+    pub(crate) fn refill(&self, key: &str, amount: u64) -> bool {
+        let guard = self.keys.guard();
+        let Some(k) = self.keys.get(key, &guard) else {
+            return false;
+        };
+        let mut s = k.lock();
+        let from_unflushed = amount.min(s.unflushed);
+        s.unflushed -= from_unflushed;
+        s.local = s.local.saturating_sub(amount);
+        s.span_count = s.span_count.saturating_sub(amount);
+        true
+    }
+
     /// Snapshots every key with counts to send; removes idle keys. Returns the number evicted.
     pub(crate) fn prepare_flush(
         &self,

@@ -67,6 +67,13 @@ impl Algorithm for FixedWindow {
         self.rate.limit()
     }
 
+    fn refill(&self, state: FixedWindowState, _now: Nanos, amount: u64) -> FixedWindowState {
+        FixedWindowState {
+            count: state.count.saturating_sub(amount),
+            ..state
+        }
+    }
+
     fn is_idle(&self, state: &FixedWindowState, now: Nanos) -> bool {
         state.count == 0 || now / self.rate.window_ns() > state.window
     }

@@ -76,6 +76,11 @@ impl Algorithm for Gcra {
         self.burst
     }
 
+    fn refill(&self, tat: Nanos, now: Nanos, amount: u64) -> Nanos {
+        // A TAT at or before `now` is a full bucket; never go below it.
+        tat.saturating_sub(mul_ns(amount, self.emission_ns)).max(now.min(tat))
+    }
+
     fn is_idle(&self, tat: &Nanos, now: Nanos) -> bool {
         *tat <= now
     }

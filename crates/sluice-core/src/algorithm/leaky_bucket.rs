@@ -70,6 +70,13 @@ impl Algorithm for LeakyBucket {
         self.capacity
     }
 
+    fn refill(&self, state: LeakyBucketState, _now: Nanos, amount: u64) -> LeakyBucketState {
+        LeakyBucketState {
+            level_ns: state.level_ns.saturating_sub(mul_ns(amount, self.drain_ns)),
+            ..state
+        }
+    }
+
     fn is_idle(&self, state: &LeakyBucketState, now: Nanos) -> bool {
         state.updated.saturating_add(state.level_ns) <= now
     }
@@ -139,6 +146,10 @@ impl Algorithm for LeakyQueue {
 
     fn capacity(&self) -> u64 {
         self.max_delay_ns / self.drain_ns + 1
+    }
+
+    fn refill(&self, free_at: Nanos, now: Nanos, amount: u64) -> Nanos {
+        free_at.saturating_sub(mul_ns(amount, self.drain_ns)).max(now.min(free_at))
     }
 
     fn is_idle(&self, free_at: &Nanos, now: Nanos) -> bool {

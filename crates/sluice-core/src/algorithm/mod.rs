@@ -34,6 +34,10 @@ pub trait Algorithm: Send + Sync {
     /// [`Decision::InsufficientCapacity`].
     fn capacity(&self) -> u64;
 
+    /// Gives back `amount` units that were admitted but not used (an API client that acquired
+    /// more than it needed). Never raises the available quota above a fresh key's.
+    fn refill(&self, state: Self::State, now: Nanos, amount: u64) -> Self::State;
+
     /// Whether a key in `state` is indistinguishable from a key never seen at `now`, so that it
     /// can be forgotten without changing any future decision.
     fn is_idle(&self, state: &Self::State, now: Nanos) -> bool;

@@ -93,6 +93,21 @@ impl Algorithm for SlidingLog {
         self.rate.limit()
     }
 
+    fn refill(&self, mut state: SlidingLogState, _now: Nanos, mut amount: u64) -> SlidingLogState {
+        // Give back the newest admissions first: they would have expired last.
+        while amount > 0 {
+            let Some((_, cost)) = state.entries.back_mut() else { break };
+            let take = amount.min(*cost);
+            *cost -= take;
+            state.total -= take;
+            amount -= take;
+            if *cost == 0 {
+                state.entries.pop_back();
+            }
+        }
+        state
+    }
+
     fn is_idle(&self, state: &SlidingLogState, now: Nanos) -> bool {
         state
             .entries

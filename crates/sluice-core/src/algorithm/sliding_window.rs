@@ -111,6 +111,13 @@ impl Algorithm for SlidingWindow {
         self.rate.limit()
     }
 
+    fn refill(&self, state: SlidingWindowState, _now: Nanos, amount: u64) -> SlidingWindowState {
+        SlidingWindowState {
+            current: state.current.saturating_sub(amount),
+            ..state
+        }
+    }
+
     fn is_idle(&self, state: &SlidingWindowState, now: Nanos) -> bool {
         let idx = now / self.rate.window_ns();
         (state.current == 0 && state.previous == 0)
