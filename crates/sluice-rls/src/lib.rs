@@ -1,1 +1,72 @@
-//! x
+//! Sluice's rate-limit service front doors over the engine (DESIGN.md section 5.3):
+//!
+//! - the Envoy RLS gRPC API (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`),
+//!   so Envoy, Istio, Contour, Gloo and Emissary can call Sluice in place of Envoy's ratelimit
+//!   service ([`grpc_service`]);
+//! - Envoy ratelimit's `/json` endpoint and an HTTP/JSON API for applications:
+//!   `POST /v1/acquire`, `POST /v1/refill`, `POST /v1/acquire/batch` ([`http_router`]).
+//!
+//! Both read the engine through a [`SharedEngine`], which `sluice serve` swaps on reload.
+
+mod api;
+mod error;
+mod grpc;
+mod json;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use sluice_engine::Engine;
+
+pub use api::{AcquireRequest, AcquireResponse, AdhocLimit, RefillRequest};
+pub use error::RequestError;
+pub use grpc::{RateLimitGrpc, grpc_service};
+
+/// The engine in use; `sluice serve` stores a new one on reload.
+pub type SharedEngine = Arc<ArcSwap<Engine>>;
+
+/// Limits on what requests may carry, and response options.
+#[derive(Clone, Debug)]
+pub struct RlsOptions {
+    /// Longest descriptor key, in bytes.
+    pub max_key_len: usize,
+    /// Longest descriptor value, in bytes.
+    pub max_value_len: usize,
+    /// Most descriptors per request.
+    pub max_descriptors: usize,
+    /// Most entries per descriptor.
+    pub max_entries: usize,
+    /// Largest HTTP request body, in bytes.
+    pub max_body: usize,
+    /// Add `x-ratelimit-limit`, `-remaining`, `-reset` to gRPC responses (as Envoy's ratelimit
+    /// service does with `LIMIT_RESPONSE_HEADERS_ENABLED`).
+    pub response_headers: bool,
+    /// Domain of `/v1/acquire` and `/v1/refill`.
+    pub api_domain: String,
+}
+
+impl Default for RlsOptions {
+    fn default() -> Self {
+        Self {
+            max_key_len: 256,
+            max_value_len: 1024,
+            max_descriptors: 64,
+            max_entries: 32,
+            max_body: 1024 * 1024,
+            response_headers: false,
+            api_domain: "default".to_owned(),
+        }
+    }
+}
+
+/// The HTTP routes: `/json`, `/v1/acquire`, `/v1/acquire/batch`, `/v1/refill`.
+pub fn http_router(engine: SharedEngine, options: RlsOptions) -> axum::Router {
+    let state = Arc::new(api::ApiState::new(engine, options));
+    axum::Router::new()
+        .route("/json", axum::routing::post(json::should_rate_limit))
+        .route("/v1/acquire", axum::routing::post(api::acquire))
+        .route("/v1/acquire/batch", axum::routing::post(api::acquire_batch))
+        .route("/v1/refill", axum::routing::post(api::refill))
+        .layer(axum::extract::DefaultBodyLimit::max(state.options.max_body))
+        .with_state(state)
+}

@@ -1,0 +1,253 @@
+//! The HTTP/JSON API for applications: acquire, refill, batch acquire.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+use sluice_core::{CoarseClock, Decision, Gcra, KeyedLimiter, Rate};
+use sluice_engine::Outcome;
+
+use crate::error::RequestError;
+use crate::json::parse_json;
+use crate::{RlsOptions, SharedEngine};
+
+/// Distinct ad-hoc limits (shapes) kept at once: each has its own keyed limiter.
+const MAX_ADHOC_SHAPES: usize = 10_000;
+const MAX_AMOUNT: u64 = 1_000_000_000;
+const MAX_BATCH: usize = 1000;
+
+/// A limit sent with the request: a token bucket of `requests` per `window`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AdhocLimit {
+    /// Tokens per window.
+    pub requests: u64,
+    /// Window: a duration such as `"1m"` or `"90s"`, or a number of seconds.
+    pub window: WindowSpec,
+    /// Bucket size (defaults to `requests`).
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Only `token_bucket` is accepted (the default).
+    #[serde(default)]
+    pub algorithm: Option<String>,
+}
+
+/// A window as text (`"1m"`) or seconds (`60`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum WindowSpec {
+    /// Seconds.
+    Seconds(u64),
+    /// Text such as `90s`, `1m`, `1h30m`.
+    Text(String),
+}
+
+/// `POST /v1/acquire`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    /// Who.
+    pub user: String,
+    /// What.
+    pub item: String,
+    /// How many tokens (default 1).
+    #[serde(default)]
+    pub amount: Option<u64>,
+    /// A limit to use instead of the rules.
+    #[serde(default)]
+    pub limit: Option<AdhocLimit>,
+}
+
+/// The answer to an acquire. A denial is a normal answer (HTTP 200, `allowed: false`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct AcquireResponse {
+    /// Whether the tokens were taken.
+    pub allowed: bool,
+    /// Tokens left (null when no rule limits the pair).
+    pub remaining: Option<u64>,
+    /// When denied: milliseconds until the same acquire can succeed (null if it never can).
+    pub retry_after_ms: Option<u64>,
+    /// Milliseconds until the quota is whole again.
+    pub reset_after_ms: u64,
+}
+
+/// `POST /v1/refill`: give back tokens acquired but not used.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefillRequest {
+    /// Who.
+    pub user: String,
+    /// What.
+    pub item: String,
+    /// How many tokens to give back.
+    pub amount: u64,
+    /// The ad-hoc limit the tokens were acquired under, if any.
+    #[serde(default)]
+    pub limit: Option<AdhocLimit>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest {
+    requests: Vec<serde_json::Value>,
+}
+
+type Shape = (u64, u64, u64);
+type AdhocLimiter = KeyedLimiter<String, Gcra, CoarseClock>;
+
+pub(crate) struct ApiState {
+    pub engine: SharedEngine,
+    pub options: RlsOptions,
+    clock: CoarseClock,
+    adhoc: Mutex<HashMap<Shape, Arc<AdhocLimiter>>>,
+}
+
+impl ApiState {
+    pub(crate) fn new(engine: SharedEngine, options: RlsOptions) -> Self {
+        Self { engine, options, clock: CoarseClock::new(), adhoc: Mutex::new(HashMap::new()) }
+    }
+
+    fn adhoc(&self, limit: &AdhocLimit) -> Result<Arc<AdhocLimiter>, RequestError> {
+        if let Some(a) = &limit.algorithm
+            && a != "token_bucket"
+        {
+            return Err(RequestError::invalid(format!("limit.algorithm `{a}` is not supported here; write `token_bucket` or leave it out")));
+        }
+        let window = match &limit.window {
+            WindowSpec::Seconds(s) => Duration::from_secs(*s),
+            WindowSpec::Text(t) => parse_window(t).ok_or_else(|| RequestError::invalid(format!("limit.window `{t}` is not a duration; write e.g. \"1m\", \"90s\" or 60")))?,
+        };
+        let rate = Rate::new(limit.requests, window).map_err(|e| RequestError::invalid(format!("limit: {e}")))?;
+        let burst = limit.burst.unwrap_or(limit.requests);
+        if burst == 0 {
+            return Err(RequestError::invalid("limit.burst must be at least 1"));
+        }
+        let shape = (rate.limit(), rate.window_ns(), burst);
+        let mut map = self.adhoc.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = map.get(&shape) {
+            return Ok(l.clone());
+        }
+        if map.len() >= MAX_ADHOC_SHAPES {
+            return Err(RequestError::invalid(format!("more than {MAX_ADHOC_SHAPES} distinct ad-hoc limits; define the limit in a rule file instead")));
+        }
+        let limiter = Arc::new(KeyedLimiter::with_clock(Gcra::with_burst(rate, burst), self.clock.clone()));
+        map.insert(shape, limiter.clone());
+        Ok(limiter)
+    }
+
+    fn validate(&self, user: &str, item: &str, amount: u64) -> Result<(), RequestError> {
+        for (field, v) in [("user", user), ("item", item)] {
+            if v.is_empty() {
+                return Err(RequestError::invalid(format!("`{field}` is empty")));
+            }
+            if v.len() > self.options.max_value_len {
+                return Err(RequestError::invalid(format!("`{field}` is {} bytes; at most {} are allowed", v.len(), self.options.max_value_len)));
+            }
+        }
+        if amount == 0 || amount > MAX_AMOUNT {
+            return Err(RequestError::invalid(format!("`amount` must be between 1 and {MAX_AMOUNT}, found {amount}")));
+        }
+        Ok(())
+    }
+
+    async fn acquire(&self, request: &AcquireRequest) -> Result<AcquireResponse, RequestError> {
+        let amount = request.amount.unwrap_or(1);
+        self.validate(&request.user, &request.item, amount)?;
+        if let Some(limit) = &request.limit {
+            let limiter = self.adhoc(limit)?;
+            let key = adhoc_key(&request.user, &request.item);
+            return Ok(from_decision(limiter.check(key.as_str(), amount)));
+        }
+        let engine = self.engine.load_full();
+        let descriptor = [[("item", request.item.as_str()), ("user", request.user.as_str())]];
+        let verdict = engine.check(&self.options.api_domain, &descriptor, amount).await?;
+        let Some(s) = verdict.most_limiting() else {
+            return Ok(AcquireResponse { allowed: verdict.allowed, remaining: None, retry_after_ms: None, reset_after_ms: 0 });
+        };
+        let never = s.outcome == Outcome::CostExceedsLimit;
+        Ok(AcquireResponse {
+            allowed: verdict.allowed,
+            remaining: Some(if verdict.allowed { s.remaining } else { 0 }),
+            retry_after_ms: if verdict.allowed || never { None } else { s.retry_after.map(millis) },
+            reset_after_ms: millis(s.reset_after),
+        })
+    }
+}
+
+fn parse_window(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let n: u64 = text[..split].parse().ok()?;
+    let unit = match &text[split..] {
+        "ms" => Duration::from_millis(1),
+        "s" => Duration::from_secs(1),
+        "m" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        "d" => Duration::from_secs(86_400),
+        _ => return None,
+    };
+    unit.checked_mul(u32::try_from(n).ok()?)
+}
+
+fn adhoc_key(user: &str, item: &str) -> String {
+    format!("{}:{user}{}:{item}", user.len(), item.len())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn from_decision(d: Decision) -> AcquireResponse {
+    AcquireResponse {
+        allowed: d.is_allowed(),
+        remaining: Some(d.remaining()),
+        retry_after_ms: d.retry_after().map(millis),
+        reset_after_ms: millis(d.reset_after()),
+    }
+}
+
+/// `POST /v1/acquire`.
+pub(crate) async fn acquire(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<AcquireResponse>, RequestError> {
+    let request: AcquireRequest = parse_json(&body)?;
+    Ok(Json(state.acquire(&request).await?))
+}
+
+/// `POST /v1/acquire/batch`: `{"requests": [acquire, ...]}` -> `{"results": [...]}`; a bad
+/// entry gets `{"error": ...}` in its place and does not fail the others.
+pub(crate) async fn acquire_batch(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<serde_json::Value>, RequestError> {
+    let batch: BatchRequest = parse_json(&body)?;
+    if batch.requests.len() > MAX_BATCH {
+        return Err(RequestError::invalid(format!("{} requests in one batch; at most {MAX_BATCH}", batch.requests.len())));
+    }
+    let mut results = Vec::with_capacity(batch.requests.len());
+    for (i, raw) in batch.requests.into_iter().enumerate() {
+        let result = match serde_json::from_value::<AcquireRequest>(raw) {
+            Ok(r) => state.acquire(&r).await,
+            Err(e) => Err(RequestError::invalid(format!("requests[{i}]: {e}"))),
+        };
+        results.push(match result {
+            Ok(r) => serde_json::to_value(r).unwrap_or_default(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        });
+    }
+    Ok(Json(serde_json::json!({ "results": results })))
+}
+
+/// `POST /v1/refill`.
+pub(crate) async fn refill(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<serde_json::Value>, RequestError> {
+    let request: RefillRequest = parse_json(&body)?;
+    state.validate(&request.user, &request.item, request.amount)?;
+    let refilled = if let Some(limit) = &request.limit {
+        let limiter = state.adhoc(limit)?;
+        let now = sluice_core::Clock::now(limiter.clock());
+        usize::from(limiter.refill_at(adhoc_key(&request.user, &request.item).as_str(), now, request.amount))
+    } else {
+        let engine = state.engine.load_full();
+        engine.refill(&state.options.api_domain, &[("item", request.item.as_str()), ("user", request.user.as_str())], request.amount)?
+    };
+    Ok(Json(serde_json::json!({ "refilled": refilled > 0, "rules": refilled })))
+}

@@ -1,0 +1,146 @@
+//! The Envoy RLS v3 gRPC service.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use sluice_engine::{Outcome, RuleStatus, Verdict};
+
+use crate::error::{RequestError, check_entries};
+use crate::{RlsOptions, SharedEngine};
+
+/// `ShouldRateLimit` over the engine.
+#[derive(Clone)]
+pub struct RateLimitGrpc {
+    engine: SharedEngine,
+    options: Arc<RlsOptions>,
+}
+
+/// The gRPC service, ready for `tonic::transport::Server::add_service`.
+pub fn grpc_service(engine: SharedEngine, options: RlsOptions) -> RateLimitServiceServer<RateLimitGrpc> {
+    RateLimitServiceServer::new(RateLimitGrpc { engine, options: Arc::new(options) })
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimitGrpc {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let response = decide(&self.engine, &self.options, &request.into_inner()).await?;
+        Ok(tonic::Response::new(response))
+    }
+}
+
+/// Decides an Envoy rate-limit request (shared by gRPC and `/json`).
+pub(crate) async fn decide(
+    engine: &SharedEngine,
+    options: &RlsOptions,
+    request: &RateLimitRequest,
+) -> Result<RateLimitResponse, RequestError> {
+    if request.domain.is_empty() {
+        return Err(RequestError::invalid("domain is empty; send the domain of a rule file"));
+    }
+    if request.descriptors.is_empty() {
+        return Err(RequestError::invalid("descriptors is empty; send at least one descriptor"));
+    }
+    if request.descriptors.len() > options.max_descriptors {
+        return Err(RequestError::invalid(format!(
+            "{} descriptors; at most {} are allowed",
+            request.descriptors.len(),
+            options.max_descriptors
+        )));
+    }
+    let descriptors: Vec<Vec<(&str, &str)>> = request
+        .descriptors
+        .iter()
+        .map(|d| d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())).collect())
+        .collect();
+    for (i, d) in descriptors.iter().enumerate() {
+        check_entries(options, i, d.iter().copied())?;
+    }
+    // Envoy: hits_addend 0 means 1; a descriptor's own hits_addend overrides the request's.
+    let default_cost = u64::from(request.hits_addend.max(1));
+    let costs: Vec<u64> = request
+        .descriptors
+        .iter()
+        .map(|d| d.hits_addend.as_ref().map_or(default_cost, |h| h.value))
+        .collect();
+    let engine = engine.load_full();
+    let verdict = engine.check_each(&request.domain, &descriptors, &costs).await?;
+    Ok(response(&verdict, descriptors.len(), options.response_headers))
+}
+
+fn unit_of(window: Duration) -> Unit {
+    match window.as_secs() {
+        _ if window.subsec_nanos() != 0 => Unit::Unknown,
+        1 => Unit::Second,
+        60 => Unit::Minute,
+        3600 => Unit::Hour,
+        86_400 => Unit::Day,
+        604_800 => Unit::Week,
+        2_592_000 => Unit::Month,
+        31_536_000 => Unit::Year,
+        _ => Unit::Unknown,
+    }
+}
+
+fn pb_duration(d: Duration) -> PbDuration {
+    PbDuration { seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX), nanos: d.subsec_nanos() as i32 }
+}
+
+/// The status that speaks for descriptor `i`: a denying rule (longest retry) or else the
+/// rule with the least quota left. Shadow-mode rules report OK.
+fn descriptor_status<'a>(verdict: &'a Verdict<'_>, i: usize) -> Option<&'a RuleStatus<'a>> {
+    let mine = || verdict.statuses.iter().filter(move |s| s.descriptor == i);
+    mine()
+        .filter(|s| matches!(s.outcome, Outcome::Denied | Outcome::CostExceedsLimit))
+        .max_by_key(|s| s.retry_after)
+        .or_else(|| mine().filter(|s| s.limit.is_some()).min_by_key(|s| s.remaining))
+        .or_else(|| mine().next())
+}
+
+pub(crate) fn response(verdict: &Verdict<'_>, descriptors: usize, headers: bool) -> RateLimitResponse {
+    let statuses: Vec<DescriptorStatus> = (0..descriptors)
+        .map(|i| match descriptor_status(verdict, i) {
+            None => DescriptorStatus { code: Code::Ok as i32, ..Default::default() },
+            Some(s) => {
+                let over = matches!(s.outcome, Outcome::Denied | Outcome::CostExceedsLimit);
+                DescriptorStatus {
+                    code: if over { Code::OverLimit } else { Code::Ok } as i32,
+                    current_limit: s.limit.map(|(limit, window)| RateLimit {
+                        name: s.name.unwrap_or(s.rule_id).to_owned(),
+                        requests_per_unit: u32::try_from(limit).unwrap_or(u32::MAX),
+                        unit: unit_of(window) as i32,
+                    }),
+                    limit_remaining: u32::try_from(s.remaining).unwrap_or(u32::MAX),
+                    duration_until_reset: s.limit.map(|_| pb_duration(s.reset_after)),
+                    ..Default::default()
+                }
+            }
+        })
+        .collect();
+    let mut response = RateLimitResponse {
+        overall_code: if verdict.allowed { Code::Ok } else { Code::OverLimit } as i32,
+        statuses,
+        ..Default::default()
+    };
+    if headers && let Some(s) = verdict.most_limiting() && let Some((limit, window)) = s.limit {
+        let header = |key: &str, value: String| HeaderValue { key: key.to_owned(), value, ..Default::default() };
+        response.response_headers_to_add = vec![
+            header("x-ratelimit-limit", format!("{limit}, {limit};w={}", window.as_secs().max(1))),
+            header("x-ratelimit-remaining", s.remaining.to_string()),
+            header("x-ratelimit-reset", s.reset_after.as_secs().to_string()),
+        ];
+    }
+    response
+}

@@ -1,0 +1,100 @@
+//! Envoy ratelimit's `/json` endpoint: the gRPC request and response as JSON, for curl.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::api::ApiState;
+use crate::error::RequestError;
+use crate::grpc::decide;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct JsonRequest {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<JsonDescriptor>,
+    #[serde(default, alias = "hits_addend")]
+    hits_addend: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct JsonDescriptor {
+    #[serde(default)]
+    entries: Vec<JsonEntry>,
+    #[serde(default, alias = "hits_addend")]
+    hits_addend: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonEntry {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, RequestError> {
+    serde_json::from_slice(body).map_err(|e| RequestError::invalid(format!("invalid JSON body: {e}")))
+}
+
+fn code_name(code: i32) -> &'static str {
+    Code::try_from(code).unwrap_or(Code::Unknown).as_str_name()
+}
+
+/// `POST /json` (Envoy ratelimit's shape, field names in protobuf JSON's lowerCamelCase).
+pub(crate) async fn should_rate_limit(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<Value>, RequestError> {
+    let request: JsonRequest = parse_json(&body)?;
+    let grpc = RateLimitRequest {
+        domain: request.domain,
+        descriptors: request
+            .descriptors
+            .into_iter()
+            .map(|d| RateLimitDescriptor {
+                entries: d.entries.into_iter().map(|e| Entry { key: e.key, value: e.value }).collect(),
+                hits_addend: d.hits_addend.map(|value| UInt64Value { value }),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: request.hits_addend,
+    };
+    let response = decide(&state.engine, &state.options, &grpc).await?;
+    let statuses: Vec<Value> = response
+        .statuses
+        .iter()
+        .map(|s| {
+            let mut v = json!({ "code": code_name(s.code), "limitRemaining": s.limit_remaining });
+            if let Some(limit) = &s.current_limit {
+                v["currentLimit"] = json!({
+                    "name": limit.name,
+                    "requestsPerUnit": limit.requests_per_unit,
+                    "unit": Unit::try_from(limit.unit).unwrap_or(Unit::Unknown).as_str_name(),
+                });
+            }
+            if let Some(d) = &s.duration_until_reset {
+                v["durationUntilReset"] = json!(format!("{}s", d.seconds));
+            }
+            v
+        })
+        .collect();
+    let mut out = json!({ "overallCode": code_name(response.overall_code), "statuses": statuses });
+    if !response.response_headers_to_add.is_empty() {
+        out["responseHeadersToAdd"] = response
+            .response_headers_to_add
+            .iter()
+            .map(|h| json!({ "key": h.key, "value": h.value }))
+            .collect();
+    }
+    Ok(Json(out))
+}
