@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check;
+mod serve;
 
 /// Sluice: a distributed rate limiter.
 #[derive(Debug, Parser)]
@@ -24,19 +25,50 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Run the rate-limit service described by a config file.
+    /// Run the rate-limit service described by a config file: Envoy RLS gRPC, the HTTP/JSON
+    /// API, the admin listener (/metrics, /healthz, /readyz, POST /reload).
     Serve {
         /// sluice.yaml, or one Envoy-format rule file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Log format.
+        #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+        log_format: LogFormat,
     },
+}
+
+/// How logs are written (level from `RUST_LOG`, default `info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One readable line per event.
+    Human,
+    /// One JSON object per event.
+    Json,
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { config } => check::run(&config),
-        Command::Serve { config } => serve(&config),
+        Command::Serve { config, log_format } => {
+            init_logs(log_format);
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(serve::run(&config)))
+                .map(|()| ExitCode::SUCCESS)
+        }
     };
     match result {
         Ok(code) => code,
@@ -45,14 +77,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn serve(config: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let loaded = sluice_config::load(config)?;
-    eprintln!(
-        "sluice serve: {} is valid ({} domains), but this build has no rate-limit engine or listeners yet; nothing is served. Use `sluice check` to inspect the rules.",
-        config.display(),
-        loaded.rules.domains().count()
-    );
-    Ok(ExitCode::from(2))
 }

@@ -1,0 +1,268 @@
+//! `sluice serve`: the engine, its flush timer, the gRPC and HTTP front doors, the admin
+//! listener, reloads (SIGHUP, `POST /reload`, file changes) and graceful shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use axum::http::StatusCode;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use sluice_config::{ServiceConfig, StoreConfig};
+use sluice_core::{Clock, CoarseClock};
+use sluice_engine::{Engine, EngineOptions};
+use sluice_rls::{RlsOptions, SharedEngine};
+use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions, RedisTarget};
+use tokio::sync::watch;
+
+/// How the admin endpoints and the reload paths share state.
+struct Service {
+    config_path: PathBuf,
+    engine: SharedEngine,
+    prometheus: PrometheusHandle,
+    store_is_memory: bool,
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+fn store_of(config: &StoreConfig, clock: &Arc<dyn Clock>) -> anyhow::Result<(Arc<dyn CounterStore>, bool)> {
+    let options = RedisStoreOptions::default();
+    Ok(match config {
+        StoreConfig::Memory => (Arc::new(MemoryStore::new(clock.clone())), true),
+        StoreConfig::Redis { url } => (Arc::new(RedisStore::open(url, options)?), false),
+        StoreConfig::Sentinel { sentinels, master, tls, auth, db } => (
+            Arc::new(RedisStore::connect(
+                RedisTarget::Sentinel { sentinels: sentinels.clone(), master: master.clone(), auth: auth.clone(), db: *db, tls: *tls },
+                options,
+            )?),
+            false,
+        ),
+        StoreConfig::Cluster { nodes, tls, auth } => (
+            Arc::new(RedisStore::connect(RedisTarget::Cluster { nodes: nodes.clone(), auth: auth.clone(), tls: *tls }, options)?),
+            false,
+        ),
+        other => anyhow::bail!("store {other:?} is not supported by this build"),
+    })
+}
+
+impl Service {
+    /// Loads the config again and swaps the engine; on any error the running rules stay.
+    async fn reload(&self, why: &str) -> Result<String, String> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let config = match sluice_config::load(&self.config_path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(trigger = why, error = %e, "reload failed; the running rules stay");
+                metrics::counter!("sluice_reloads_total", "result" => "error").increment(1);
+                return Err(e.to_string());
+            }
+        };
+        let old = self.engine.load_full();
+        let new = old.reload(&config.rules, &config.defaults);
+        let kept = new.shared_rules(&old);
+        let domains = config.rules.domains().count();
+        self.engine.store(Arc::new(new));
+        // Counts of rules that went away still reach the store.
+        tokio::spawn(async move {
+            old.flush().await;
+        });
+        metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
+        let message = format!("reloaded {domains} domains; {kept} unchanged rules kept their counters");
+        tracing::info!(trigger = why, kept, domains, "{message} (store and listener changes need a restart)");
+        Ok(message)
+    }
+}
+
+fn admin_router(service: Arc<Service>) -> axum::Router {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route("/metrics", get(|axum::extract::State(s): axum::extract::State<Arc<Service>>| async move { s.prometheus.render() }))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(|axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                let engine = s.engine.load();
+                // A shared store must have answered once; the memory store is always there.
+                if s.store_is_memory || engine.store_reached() || engine.flush_interval().is_none() {
+                    (StatusCode::OK, "ready\n".to_owned())
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "the store has not been reached yet\n".to_owned())
+                }
+            }),
+        )
+        .route(
+            "/reload",
+            post(|axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                match s.reload("http").await {
+                    Ok(m) => (StatusCode::OK, format!("{m}\n")),
+                    Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, format!("reload failed, the running rules stay: {e}\n")),
+                }
+            }),
+        )
+        .with_state(service)
+}
+
+/// Modification times of the config file and every rule file it names.
+fn watched_files(config: &ServiceConfig) -> Vec<(PathBuf, Option<SystemTime>)> {
+    let mut files = vec![config.file.clone()];
+    for p in &config.rule_paths {
+        if p.is_dir() {
+            if let Ok(dir) = std::fs::read_dir(p) {
+                let mut entries: Vec<PathBuf> = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                entries.sort();
+                files.extend(entries);
+            }
+        } else {
+            files.push(p.clone());
+        }
+    }
+    files.dedup();
+    files.into_iter().map(|f| {
+        let t = std::fs::metadata(&f).and_then(|m| m.modified()).ok();
+        (f, t)
+    }).collect()
+}
+
+async fn bind(what: &str, addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} ({what}); is another process using it?"))
+}
+
+/// Runs until SIGTERM or Ctrl-C.
+pub async fn run(config_path: &Path) -> anyhow::Result<()> {
+    let config = sluice_config::load(config_path)?;
+    let prometheus = PrometheusBuilder::new().install_recorder().context("cannot install the metrics recorder")?;
+    let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
+    let (store, store_is_memory) = store_of(&config.store, &clock)?;
+    let description = store.describe();
+    let engine = Engine::new(
+        &config.rules,
+        &config.defaults,
+        store,
+        clock,
+        EngineOptions { shared_store: !store_is_memory, ..EngineOptions::default() },
+    );
+    let engine: SharedEngine = Arc::new(ArcSwap::from_pointee(engine));
+    let service = Arc::new(Service {
+        config_path: config_path.to_path_buf(),
+        engine: engine.clone(),
+        prometheus: prometheus.clone(),
+        store_is_memory,
+        reload_lock: tokio::sync::Mutex::new(()),
+    });
+    let rls_options = RlsOptions { api_domain: config.api_domain.clone(), response_headers: true, ..RlsOptions::default() };
+
+    let http_listener = bind("http", config.listen.http).await?;
+    let grpc_listener = bind("grpc", config.listen.grpc).await?;
+    let admin_listener = bind("admin", config.listen.admin).await?;
+    if !config.gateways.is_empty() {
+        tracing::warn!(gateways = config.gateways.len(), "the `gateways` section is validated but not served by this build (the HTTP gateway is a later issue)");
+    }
+    tracing::info!(
+        http = %config.listen.http, grpc = %config.listen.grpc, admin = %config.listen.admin,
+        store = %description, domains = config.rules.domains().count(),
+        "sluice serving"
+    );
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await.map(|_| ());
+    };
+
+    let http = axum::serve(http_listener, sluice_rls::http_router(engine.clone(), rls_options.clone()))
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let admin = axum::serve(admin_listener, admin_router(service.clone())).with_graceful_shutdown(stopped(stop_rx.clone()));
+    let grpc = tonic::transport::Server::builder()
+        .add_service(sluice_rls::grpc_service(engine.clone(), rls_options))
+        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(grpc_listener), stopped(stop_rx.clone()));
+
+    // Flush at span boundaries; Prometheus upkeep on the same beat.
+    let flusher = {
+        let engine = engine.clone();
+        let prometheus = prometheus.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                let current = engine.load_full();
+                let tick = current.flush_interval().unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
+                let tick_ns = tick.as_nanos() as u64;
+                let wait = Duration::from_nanos(tick_ns - current.now() % tick_ns);
+                tokio::select! {
+                    _ = stopped(stop.clone()) => break,
+                    _ = tokio::time::sleep(wait) => {
+                        current.flush_due().await;
+                        prometheus.run_upkeep();
+                    }
+                }
+            }
+        })
+    };
+
+    // Reload on SIGHUP and when a watched file changes.
+    let reloader = {
+        let service = service.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            let mut seen = sluice_config::load(&service.config_path).map(|c| watched_files(&c)).unwrap_or_default();
+            let mut poll = tokio::time::interval(Duration::from_secs(2));
+            loop {
+                let hup_signal = async {
+                    match hup.as_mut() {
+                        Some(h) => h.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = stopped(stop.clone()) => break,
+                    _ = hup_signal => { let _ = service.reload("SIGHUP").await; }
+                    _ = poll.tick() => {
+                        let now: Vec<_> = seen.iter().map(|(f, _)| (f.clone(), std::fs::metadata(f).and_then(|m| m.modified()).ok())).collect();
+                        if now != seen {
+                            if service.reload("file change").await.is_ok() {
+                                seen = sluice_config::load(&service.config_path).map(|c| watched_files(&c)).unwrap_or(now);
+                            } else {
+                                seen = now;
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    };
+
+    let servers = tokio::spawn(async move {
+        let (h, a, g) = tokio::join!(http, admin, grpc);
+        h.context("http listener")?;
+        a.context("admin listener")?;
+        g.context("grpc listener")?;
+        anyhow::Ok(())
+    });
+
+    wait_for_termination().await;
+    tracing::info!("shutting down: no new connections; finishing calls in flight");
+    let _ = stop_tx.send(true);
+    let served = servers.await.context("listener task")?;
+    let _ = flusher.await;
+    let _ = reloader.await;
+    let report = engine.load_full().flush().await;
+    tracing::info!(items = report.items, failed = report.failed, "final flush done; bye");
+    served
+}
+
+async fn wait_for_termination() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
