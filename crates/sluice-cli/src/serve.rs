@@ -25,20 +25,42 @@ struct Service {
     reload_lock: tokio::sync::Mutex<()>,
 }
 
-fn store_of(config: &StoreConfig, clock: &Arc<dyn Clock>) -> anyhow::Result<(Arc<dyn CounterStore>, bool)> {
+fn store_of(
+    config: &StoreConfig,
+    clock: &Arc<dyn Clock>,
+) -> anyhow::Result<(Arc<dyn CounterStore>, bool)> {
     let options = RedisStoreOptions::default();
     Ok(match config {
         StoreConfig::Memory => (Arc::new(MemoryStore::new(clock.clone())), true),
         StoreConfig::Redis { url } => (Arc::new(RedisStore::open(url, options)?), false),
-        StoreConfig::Sentinel { sentinels, master, tls, auth, db } => (
+        StoreConfig::Sentinel {
+            sentinels,
+            master,
+            tls,
+            auth,
+            db,
+        } => (
             Arc::new(RedisStore::connect(
-                RedisTarget::Sentinel { sentinels: sentinels.clone(), master: master.clone(), auth: auth.clone(), db: *db, tls: *tls },
+                RedisTarget::Sentinel {
+                    sentinels: sentinels.clone(),
+                    master: master.clone(),
+                    auth: auth.clone(),
+                    db: *db,
+                    tls: *tls,
+                },
                 options,
             )?),
             false,
         ),
         StoreConfig::Cluster { nodes, tls, auth } => (
-            Arc::new(RedisStore::connect(RedisTarget::Cluster { nodes: nodes.clone(), auth: auth.clone(), tls: *tls }, options)?),
+            Arc::new(RedisStore::connect(
+                RedisTarget::Cluster {
+                    nodes: nodes.clone(),
+                    auth: auth.clone(),
+                    tls: *tls,
+                },
+                options,
+            )?),
             false,
         ),
         other => anyhow::bail!("store {other:?} is not supported by this build"),
@@ -67,8 +89,14 @@ impl Service {
             old.flush().await;
         });
         metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
-        let message = format!("reloaded {domains} domains; {kept} unchanged rules kept their counters");
-        tracing::info!(trigger = why, kept, domains, "{message} (store and listener changes need a restart)");
+        let message =
+            format!("reloaded {domains} domains; {kept} unchanged rules kept their counters");
+        tracing::info!(
+            trigger = why,
+            kept,
+            domains,
+            "{message} (store and listener changes need a restart)"
+        );
         Ok(message)
     }
 }
@@ -76,28 +104,48 @@ impl Service {
 fn admin_router(service: Arc<Service>) -> axum::Router {
     use axum::routing::{get, post};
     axum::Router::new()
-        .route("/metrics", get(|axum::extract::State(s): axum::extract::State<Arc<Service>>| async move { s.prometheus.render() }))
+        .route(
+            "/metrics",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    s.prometheus.render()
+                },
+            ),
+        )
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/readyz",
-            get(|axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                let engine = s.engine.load();
-                // A shared store must have answered once; the memory store is always there.
-                if s.store_is_memory || engine.store_reached() || engine.flush_interval().is_none() {
-                    (StatusCode::OK, "ready\n".to_owned())
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "the store has not been reached yet\n".to_owned())
-                }
-            }),
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    let engine = s.engine.load();
+                    // A shared store must have answered once; the memory store is always there.
+                    if s.store_is_memory
+                        || engine.store_reached()
+                        || engine.flush_interval().is_none()
+                    {
+                        (StatusCode::OK, "ready\n".to_owned())
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "the store has not been reached yet\n".to_owned(),
+                        )
+                    }
+                },
+            ),
         )
         .route(
             "/reload",
-            post(|axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                match s.reload("http").await {
-                    Ok(m) => (StatusCode::OK, format!("{m}\n")),
-                    Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, format!("reload failed, the running rules stay: {e}\n")),
-                }
-            }),
+            post(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    match s.reload("http").await {
+                        Ok(m) => (StatusCode::OK, format!("{m}\n")),
+                        Err(e) => (
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            format!("reload failed, the running rules stay: {e}\n"),
+                        ),
+                    }
+                },
+            ),
         )
         .with_state(service)
 }
@@ -108,7 +156,8 @@ fn watched_files(config: &ServiceConfig) -> Vec<(PathBuf, Option<SystemTime>)> {
     for p in &config.rule_paths {
         if p.is_dir() {
             if let Ok(dir) = std::fs::read_dir(p) {
-                let mut entries: Vec<PathBuf> = dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                let mut entries: Vec<PathBuf> =
+                    dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
                 entries.sort();
                 files.extend(entries);
             }
@@ -117,10 +166,13 @@ fn watched_files(config: &ServiceConfig) -> Vec<(PathBuf, Option<SystemTime>)> {
         }
     }
     files.dedup();
-    files.into_iter().map(|f| {
-        let t = std::fs::metadata(&f).and_then(|m| m.modified()).ok();
-        (f, t)
-    }).collect()
+    files
+        .into_iter()
+        .map(|f| {
+            let t = std::fs::metadata(&f).and_then(|m| m.modified()).ok();
+            (f, t)
+        })
+        .collect()
 }
 
 async fn bind(what: &str, addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
@@ -132,7 +184,9 @@ async fn bind(what: &str, addr: std::net::SocketAddr) -> anyhow::Result<tokio::n
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = sluice_config::load(config_path)?;
-    let prometheus = PrometheusBuilder::new().install_recorder().context("cannot install the metrics recorder")?;
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
     let (store, store_is_memory) = store_of(&config.store, &clock)?;
     let description = store.describe();
@@ -141,7 +195,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         &config.defaults,
         store,
         clock,
-        EngineOptions { shared_store: !store_is_memory, ..EngineOptions::default() },
+        EngineOptions {
+            shared_store: !store_is_memory,
+            ..EngineOptions::default()
+        },
     );
     let engine: SharedEngine = Arc::new(ArcSwap::from_pointee(engine));
     let service = Arc::new(Service {
@@ -151,13 +208,20 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         store_is_memory,
         reload_lock: tokio::sync::Mutex::new(()),
     });
-    let rls_options = RlsOptions { api_domain: config.api_domain.clone(), response_headers: true, ..RlsOptions::default() };
+    let rls_options = RlsOptions {
+        api_domain: config.api_domain.clone(),
+        response_headers: true,
+        ..RlsOptions::default()
+    };
 
     let http_listener = bind("http", config.listen.http).await?;
     let grpc_listener = bind("grpc", config.listen.grpc).await?;
     let admin_listener = bind("admin", config.listen.admin).await?;
     if !config.gateways.is_empty() {
-        tracing::warn!(gateways = config.gateways.len(), "the `gateways` section is validated but not served by this build (the HTTP gateway is a later issue)");
+        tracing::warn!(
+            gateways = config.gateways.len(),
+            "the `gateways` section is validated but not served by this build (the HTTP gateway is a later issue)"
+        );
     }
     tracing::info!(
         http = %config.listen.http, grpc = %config.listen.grpc, admin = %config.listen.admin,
@@ -170,12 +234,19 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await.map(|_| ());
     };
 
-    let http = axum::serve(http_listener, sluice_rls::http_router(engine.clone(), rls_options.clone()))
+    let http = axum::serve(
+        http_listener,
+        sluice_rls::http_router(engine.clone(), rls_options.clone()),
+    )
+    .with_graceful_shutdown(stopped(stop_rx.clone()));
+    let admin = axum::serve(admin_listener, admin_router(service.clone()))
         .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let admin = axum::serve(admin_listener, admin_router(service.clone())).with_graceful_shutdown(stopped(stop_rx.clone()));
     let grpc = tonic::transport::Server::builder()
         .add_service(sluice_rls::grpc_service(engine.clone(), rls_options))
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(grpc_listener), stopped(stop_rx.clone()));
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(grpc_listener),
+            stopped(stop_rx.clone()),
+        );
 
     // Flush at span boundaries; Prometheus upkeep on the same beat.
     let flusher = {
@@ -185,7 +256,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         tokio::spawn(async move {
             loop {
                 let current = engine.load_full();
-                let tick = current.flush_interval().unwrap_or(Duration::from_secs(1)).min(Duration::from_secs(1));
+                let tick = current
+                    .flush_interval()
+                    .unwrap_or(Duration::from_secs(1))
+                    .min(Duration::from_secs(1));
                 let tick_ns = tick.as_nanos() as u64;
                 let wait = Duration::from_nanos(tick_ns - current.now() % tick_ns);
                 tokio::select! {
@@ -204,8 +278,11 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         let service = service.clone();
         let stop = stop_rx.clone();
         tokio::spawn(async move {
-            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            let mut seen = sluice_config::load(&service.config_path).map(|c| watched_files(&c)).unwrap_or_default();
+            let mut hup =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            let mut seen = sluice_config::load(&service.config_path)
+                .map(|c| watched_files(&c))
+                .unwrap_or_default();
             let mut poll = tokio::time::interval(Duration::from_secs(2));
             loop {
                 let hup_signal = async {
@@ -247,7 +324,11 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let _ = flusher.await;
     let _ = reloader.await;
     let report = engine.load_full().flush().await;
-    tracing::info!(items = report.items, failed = report.failed, "final flush done; bye");
+    tracing::info!(
+        items = report.items,
+        failed = report.failed,
+        "final flush done; bye"
+    );
     served
 }
 

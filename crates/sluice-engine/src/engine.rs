@@ -156,10 +156,21 @@ impl Engine {
             expected_instances: self.options.expected_instances,
             follow_store_clock: self.follow_store_clock,
         };
-        let engine = Self::build(rules, defaults, self.store.clone(), self.clock.clone(), options, Some(self));
-        engine.offset_ns.store(self.offset_ns.load(Ordering::Relaxed), Ordering::Relaxed);
+        let engine = Self::build(
+            rules,
+            defaults,
+            self.store.clone(),
+            self.clock.clone(),
+            options,
+            Some(self),
+        );
+        engine
+            .offset_ns
+            .store(self.offset_ns.load(Ordering::Relaxed), Ordering::Relaxed);
         engine.store_ok.store(self.store_ok(), Ordering::Relaxed);
-        engine.store_reached.store(self.store_reached(), Ordering::Relaxed);
+        engine
+            .store_reached
+            .store(self.store_reached(), Ordering::Relaxed);
         engine
     }
 
@@ -540,12 +551,17 @@ impl Engine {
         let mut refilled = 0;
         for rule in table.domain.match_descriptor(entries) {
             let engine = &table.rules[rule.index];
-            let took = with_key(entries.iter().map(|(_, v)| v.as_ref()), |key| match &*engine.kind {
-                RuleKind::Local(local) => Ok(local.refill(key, now, amount)),
-                RuleKind::Synced(synced) => Ok(synced.refill(key, amount)),
-                RuleKind::Exact(_) => Err(EngineError::RefillUnsupported(engine.id.to_string())),
-                RuleKind::Unlimited => Ok(false),
-            })?;
+            let took = with_key(
+                entries.iter().map(|(_, v)| v.as_ref()),
+                |key| match &*engine.kind {
+                    RuleKind::Local(local) => Ok(local.refill(key, now, amount)),
+                    RuleKind::Synced(synced) => Ok(synced.refill(key, amount)),
+                    RuleKind::Exact(_) => {
+                        Err(EngineError::RefillUnsupported(engine.id.to_string()))
+                    }
+                    RuleKind::Unlimited => Ok(false),
+                },
+            )?;
             refilled += usize::from(took);
         }
         Ok(refilled)
@@ -641,6 +657,20 @@ impl Engine {
             }
         }
         if items.is_empty() {
+            // Nothing to send: still find out whether the store answers (readiness, and the
+            // fallback decision), with its cheapest call.
+            if !self.store_reached() && self.min_span_ns > 0 {
+                match self.store.time().await {
+                    Ok(_) => {
+                        self.store_ok.store(true, Ordering::Relaxed);
+                        self.store_reached.store(true, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        self.store_ok.store(false, Ordering::Relaxed);
+                        report.error = Some(e.to_string());
+                    }
+                }
+            }
             return report;
         }
         report.items = items.len();

@@ -226,18 +226,46 @@ async fn reload_keeps_counters_of_unchanged_rules() {
     let clock = ManualClock::new(T0);
     let shared: Arc<dyn sluice_core::Clock> = Arc::new(clock.clone());
     let store = Arc::new(MemoryStore::new(shared.clone()));
-    let engine = sluice_engine::Engine::new(&rules(&yaml(2)), &Default::default(), store, shared, Default::default());
+    let engine = sluice_engine::Engine::new(
+        &rules(&yaml(2)),
+        &Default::default(),
+        store,
+        shared,
+        Default::default(),
+    );
     let user = [[("user", "alice")]];
     let ip = [[("ip", "10.0.0.1")]];
     for _ in 0..3 {
-        assert!(now_or_never(engine.check("d", &user, 1)).unwrap().unwrap().allowed);
+        assert!(
+            now_or_never(engine.check("d", &user, 1))
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
     }
-    assert!(now_or_never(engine.check("d", &ip, 2)).unwrap().unwrap().allowed);
+    assert!(
+        now_or_never(engine.check("d", &ip, 2))
+            .unwrap()
+            .unwrap()
+            .allowed
+    );
     // The `ip` rule changes (2 -> 5 per minute); the `user` rule does not.
     let reloaded = engine.reload(&rules(&yaml(5)), &Default::default());
     assert_eq!(reloaded.shared_rules(&engine), 1);
-    assert!(!now_or_never(reloaded.check("d", &user, 1)).unwrap().unwrap().allowed, "user's count was lost");
-    assert!(now_or_never(reloaded.check("d", &ip, 5)).unwrap().unwrap().allowed, "ip rule has its new limit");
+    assert!(
+        !now_or_never(reloaded.check("d", &user, 1))
+            .unwrap()
+            .unwrap()
+            .allowed,
+        "user's count was lost"
+    );
+    assert!(
+        now_or_never(reloaded.check("d", &ip, 5))
+            .unwrap()
+            .unwrap()
+            .allowed,
+        "ip rule has its new limit"
+    );
 }
 
 #[tokio::test]
@@ -249,13 +277,35 @@ async fn refill_gives_back_tokens() {
         let rules = rules(&format!(
             "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {{ unit: minute, requests_per_unit: 10, mode: {mode} }}\n"
         ));
-        let engine = sluice_engine::Engine::new(&rules, &Default::default(), store.clone(), shared.clone(), Default::default());
+        let engine = sluice_engine::Engine::new(
+            &rules,
+            &Default::default(),
+            store.clone(),
+            shared.clone(),
+            Default::default(),
+        );
         let user = [[("user", "bob")]];
-        assert!(now_or_never(engine.check("d", &user, 10)).unwrap().unwrap().allowed);
-        assert!(!now_or_never(engine.check("d", &user, 1)).unwrap().unwrap().allowed);
+        assert!(
+            now_or_never(engine.check("d", &user, 10))
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            !now_or_never(engine.check("d", &user, 1))
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
         assert_eq!(engine.refill("d", &user[0], 4).unwrap(), 1);
         let v = now_or_never(engine.check("d", &user, 4)).unwrap().unwrap();
         assert!(v.allowed, "{mode}: refilled tokens not usable");
-        assert!(!now_or_never(engine.check("d", &user, 1)).unwrap().unwrap().allowed, "{mode}: refilled too much");
+        assert!(
+            !now_or_never(engine.check("d", &user, 1))
+                .unwrap()
+                .unwrap()
+                .allowed,
+            "{mode}: refilled too much"
+        );
     }
 }

@@ -108,20 +108,32 @@ pub(crate) struct ApiState {
 
 impl ApiState {
     pub(crate) fn new(engine: SharedEngine, options: RlsOptions) -> Self {
-        Self { engine, options, clock: CoarseClock::new(), adhoc: Mutex::new(HashMap::new()) }
+        Self {
+            engine,
+            options,
+            clock: CoarseClock::new(),
+            adhoc: Mutex::new(HashMap::new()),
+        }
     }
 
     fn adhoc(&self, limit: &AdhocLimit) -> Result<Arc<AdhocLimiter>, RequestError> {
         if let Some(a) = &limit.algorithm
             && a != "token_bucket"
         {
-            return Err(RequestError::invalid(format!("limit.algorithm `{a}` is not supported here; write `token_bucket` or leave it out")));
+            return Err(RequestError::invalid(format!(
+                "limit.algorithm `{a}` is not supported here; write `token_bucket` or leave it out"
+            )));
         }
         let window = match &limit.window {
             WindowSpec::Seconds(s) => Duration::from_secs(*s),
-            WindowSpec::Text(t) => parse_window(t).ok_or_else(|| RequestError::invalid(format!("limit.window `{t}` is not a duration; write e.g. \"1m\", \"90s\" or 60")))?,
+            WindowSpec::Text(t) => parse_window(t).ok_or_else(|| {
+                RequestError::invalid(format!(
+                    "limit.window `{t}` is not a duration; write e.g. \"1m\", \"90s\" or 60"
+                ))
+            })?,
         };
-        let rate = Rate::new(limit.requests, window).map_err(|e| RequestError::invalid(format!("limit: {e}")))?;
+        let rate = Rate::new(limit.requests, window)
+            .map_err(|e| RequestError::invalid(format!("limit: {e}")))?;
         let burst = limit.burst.unwrap_or(limit.requests);
         if burst == 0 {
             return Err(RequestError::invalid("limit.burst must be at least 1"));
@@ -132,9 +144,14 @@ impl ApiState {
             return Ok(l.clone());
         }
         if map.len() >= MAX_ADHOC_SHAPES {
-            return Err(RequestError::invalid(format!("more than {MAX_ADHOC_SHAPES} distinct ad-hoc limits; define the limit in a rule file instead")));
+            return Err(RequestError::invalid(format!(
+                "more than {MAX_ADHOC_SHAPES} distinct ad-hoc limits; define the limit in a rule file instead"
+            )));
         }
-        let limiter = Arc::new(KeyedLimiter::with_clock(Gcra::with_burst(rate, burst), self.clock.clone()));
+        let limiter = Arc::new(KeyedLimiter::with_clock(
+            Gcra::with_burst(rate, burst),
+            self.clock.clone(),
+        ));
         map.insert(shape, limiter.clone());
         Ok(limiter)
     }
@@ -145,11 +162,17 @@ impl ApiState {
                 return Err(RequestError::invalid(format!("`{field}` is empty")));
             }
             if v.len() > self.options.max_value_len {
-                return Err(RequestError::invalid(format!("`{field}` is {} bytes; at most {} are allowed", v.len(), self.options.max_value_len)));
+                return Err(RequestError::invalid(format!(
+                    "`{field}` is {} bytes; at most {} are allowed",
+                    v.len(),
+                    self.options.max_value_len
+                )));
             }
         }
         if amount == 0 || amount > MAX_AMOUNT {
-            return Err(RequestError::invalid(format!("`amount` must be between 1 and {MAX_AMOUNT}, found {amount}")));
+            return Err(RequestError::invalid(format!(
+                "`amount` must be between 1 and {MAX_AMOUNT}, found {amount}"
+            )));
         }
         Ok(())
     }
@@ -163,16 +186,30 @@ impl ApiState {
             return Ok(from_decision(limiter.check(key.as_str(), amount)));
         }
         let engine = self.engine.load_full();
-        let descriptor = [[("item", request.item.as_str()), ("user", request.user.as_str())]];
-        let verdict = engine.check(&self.options.api_domain, &descriptor, amount).await?;
+        let descriptor = [[
+            ("item", request.item.as_str()),
+            ("user", request.user.as_str()),
+        ]];
+        let verdict = engine
+            .check(&self.options.api_domain, &descriptor, amount)
+            .await?;
         let Some(s) = verdict.most_limiting() else {
-            return Ok(AcquireResponse { allowed: verdict.allowed, remaining: None, retry_after_ms: None, reset_after_ms: 0 });
+            return Ok(AcquireResponse {
+                allowed: verdict.allowed,
+                remaining: None,
+                retry_after_ms: None,
+                reset_after_ms: 0,
+            });
         };
         let never = s.outcome == Outcome::CostExceedsLimit;
         Ok(AcquireResponse {
             allowed: verdict.allowed,
             remaining: Some(if verdict.allowed { s.remaining } else { 0 }),
-            retry_after_ms: if verdict.allowed || never { None } else { s.retry_after.map(millis) },
+            retry_after_ms: if verdict.allowed || never {
+                None
+            } else {
+                s.retry_after.map(millis)
+            },
             reset_after_ms: millis(s.reset_after),
         })
     }
@@ -211,17 +248,26 @@ fn from_decision(d: Decision) -> AcquireResponse {
 }
 
 /// `POST /v1/acquire`.
-pub(crate) async fn acquire(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<AcquireResponse>, RequestError> {
+pub(crate) async fn acquire(
+    State(state): State<Arc<ApiState>>,
+    body: Bytes,
+) -> Result<Json<AcquireResponse>, RequestError> {
     let request: AcquireRequest = parse_json(&body)?;
     Ok(Json(state.acquire(&request).await?))
 }
 
 /// `POST /v1/acquire/batch`: `{"requests": [acquire, ...]}` -> `{"results": [...]}`; a bad
 /// entry gets `{"error": ...}` in its place and does not fail the others.
-pub(crate) async fn acquire_batch(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<serde_json::Value>, RequestError> {
+pub(crate) async fn acquire_batch(
+    State(state): State<Arc<ApiState>>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, RequestError> {
     let batch: BatchRequest = parse_json(&body)?;
     if batch.requests.len() > MAX_BATCH {
-        return Err(RequestError::invalid(format!("{} requests in one batch; at most {MAX_BATCH}", batch.requests.len())));
+        return Err(RequestError::invalid(format!(
+            "{} requests in one batch; at most {MAX_BATCH}",
+            batch.requests.len()
+        )));
     }
     let mut results = Vec::with_capacity(batch.requests.len());
     for (i, raw) in batch.requests.into_iter().enumerate() {
@@ -238,16 +284,32 @@ pub(crate) async fn acquire_batch(State(state): State<Arc<ApiState>>, body: Byte
 }
 
 /// `POST /v1/refill`.
-pub(crate) async fn refill(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<serde_json::Value>, RequestError> {
+pub(crate) async fn refill(
+    State(state): State<Arc<ApiState>>,
+    body: Bytes,
+) -> Result<Json<serde_json::Value>, RequestError> {
     let request: RefillRequest = parse_json(&body)?;
     state.validate(&request.user, &request.item, request.amount)?;
     let refilled = if let Some(limit) = &request.limit {
         let limiter = state.adhoc(limit)?;
         let now = sluice_core::Clock::now(limiter.clock());
-        usize::from(limiter.refill_at(adhoc_key(&request.user, &request.item).as_str(), now, request.amount))
+        usize::from(limiter.refill_at(
+            adhoc_key(&request.user, &request.item).as_str(),
+            now,
+            request.amount,
+        ))
     } else {
         let engine = state.engine.load_full();
-        engine.refill(&state.options.api_domain, &[("item", request.item.as_str()), ("user", request.user.as_str())], request.amount)?
+        engine.refill(
+            &state.options.api_domain,
+            &[
+                ("item", request.item.as_str()),
+                ("user", request.user.as_str()),
+            ],
+            request.amount,
+        )?
     };
-    Ok(Json(serde_json::json!({ "refilled": refilled > 0, "rules": refilled })))
+    Ok(Json(
+        serde_json::json!({ "refilled": refilled > 0, "rules": refilled }),
+    ))
 }

@@ -66,7 +66,9 @@ pub(crate) fn check_entries<'a>(
     entries: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
 ) -> Result<(), RequestError> {
     if entries.len() == 0 {
-        return Err(RequestError::invalid(format!("descriptors[{index}] has no entries")));
+        return Err(RequestError::invalid(format!(
+            "descriptors[{index}] has no entries"
+        )));
     }
     if entries.len() > options.max_entries {
         return Err(RequestError::invalid(format!(
@@ -77,7 +79,9 @@ pub(crate) fn check_entries<'a>(
     }
     for (j, (key, value)) in entries.enumerate() {
         if key.is_empty() {
-            return Err(RequestError::invalid(format!("descriptors[{index}].entries[{j}].key is empty")));
+            return Err(RequestError::invalid(format!(
+                "descriptors[{index}].entries[{j}].key is empty"
+            )));
         }
         if key.len() > options.max_key_len {
             return Err(RequestError::invalid(format!(

@@ -26,8 +26,14 @@ pub struct RateLimitGrpc {
 }
 
 /// The gRPC service, ready for `tonic::transport::Server::add_service`.
-pub fn grpc_service(engine: SharedEngine, options: RlsOptions) -> RateLimitServiceServer<RateLimitGrpc> {
-    RateLimitServiceServer::new(RateLimitGrpc { engine, options: Arc::new(options) })
+pub fn grpc_service(
+    engine: SharedEngine,
+    options: RlsOptions,
+) -> RateLimitServiceServer<RateLimitGrpc> {
+    RateLimitServiceServer::new(RateLimitGrpc {
+        engine,
+        options: Arc::new(options),
+    })
 }
 
 #[tonic::async_trait]
@@ -48,10 +54,14 @@ pub(crate) async fn decide(
     request: &RateLimitRequest,
 ) -> Result<RateLimitResponse, RequestError> {
     if request.domain.is_empty() {
-        return Err(RequestError::invalid("domain is empty; send the domain of a rule file"));
+        return Err(RequestError::invalid(
+            "domain is empty; send the domain of a rule file",
+        ));
     }
     if request.descriptors.is_empty() {
-        return Err(RequestError::invalid("descriptors is empty; send at least one descriptor"));
+        return Err(RequestError::invalid(
+            "descriptors is empty; send at least one descriptor",
+        ));
     }
     if request.descriptors.len() > options.max_descriptors {
         return Err(RequestError::invalid(format!(
@@ -63,7 +73,12 @@ pub(crate) async fn decide(
     let descriptors: Vec<Vec<(&str, &str)>> = request
         .descriptors
         .iter()
-        .map(|d| d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())).collect())
+        .map(|d| {
+            d.entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect()
+        })
         .collect();
     for (i, d) in descriptors.iter().enumerate() {
         check_entries(options, i, d.iter().copied())?;
@@ -76,8 +91,14 @@ pub(crate) async fn decide(
         .map(|d| d.hits_addend.as_ref().map_or(default_cost, |h| h.value))
         .collect();
     let engine = engine.load_full();
-    let verdict = engine.check_each(&request.domain, &descriptors, &costs).await?;
-    Ok(response(&verdict, descriptors.len(), options.response_headers))
+    let verdict = engine
+        .check_each(&request.domain, &descriptors, &costs)
+        .await?;
+    Ok(response(
+        &verdict,
+        descriptors.len(),
+        options.response_headers,
+    ))
 }
 
 fn unit_of(window: Duration) -> Unit {
@@ -95,7 +116,10 @@ fn unit_of(window: Duration) -> Unit {
 }
 
 fn pb_duration(d: Duration) -> PbDuration {
-    PbDuration { seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX), nanos: d.subsec_nanos() as i32 }
+    PbDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: d.subsec_nanos() as i32,
+    }
 }
 
 /// The status that speaks for descriptor `i`: a denying rule (longest retry) or else the
@@ -105,14 +129,25 @@ fn descriptor_status<'a>(verdict: &'a Verdict<'_>, i: usize) -> Option<&'a RuleS
     mine()
         .filter(|s| matches!(s.outcome, Outcome::Denied | Outcome::CostExceedsLimit))
         .max_by_key(|s| s.retry_after)
-        .or_else(|| mine().filter(|s| s.limit.is_some()).min_by_key(|s| s.remaining))
+        .or_else(|| {
+            mine()
+                .filter(|s| s.limit.is_some())
+                .min_by_key(|s| s.remaining)
+        })
         .or_else(|| mine().next())
 }
 
-pub(crate) fn response(verdict: &Verdict<'_>, descriptors: usize, headers: bool) -> RateLimitResponse {
+pub(crate) fn response(
+    verdict: &Verdict<'_>,
+    descriptors: usize,
+    headers: bool,
+) -> RateLimitResponse {
     let statuses: Vec<DescriptorStatus> = (0..descriptors)
         .map(|i| match descriptor_status(verdict, i) {
-            None => DescriptorStatus { code: Code::Ok as i32, ..Default::default() },
+            None => DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            },
             Some(s) => {
                 let over = matches!(s.outcome, Outcome::Denied | Outcome::CostExceedsLimit);
                 DescriptorStatus {
@@ -130,14 +165,28 @@ pub(crate) fn response(verdict: &Verdict<'_>, descriptors: usize, headers: bool)
         })
         .collect();
     let mut response = RateLimitResponse {
-        overall_code: if verdict.allowed { Code::Ok } else { Code::OverLimit } as i32,
+        overall_code: if verdict.allowed {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
         statuses,
         ..Default::default()
     };
-    if headers && let Some(s) = verdict.most_limiting() && let Some((limit, window)) = s.limit {
-        let header = |key: &str, value: String| HeaderValue { key: key.to_owned(), value, ..Default::default() };
+    if headers
+        && let Some(s) = verdict.most_limiting()
+        && let Some((limit, window)) = s.limit
+    {
+        let header = |key: &str, value: String| HeaderValue {
+            key: key.to_owned(),
+            value,
+            ..Default::default()
+        };
         response.response_headers_to_add = vec![
-            header("x-ratelimit-limit", format!("{limit}, {limit};w={}", window.as_secs().max(1))),
+            header(
+                "x-ratelimit-limit",
+                format!("{limit}, {limit};w={}", window.as_secs().max(1)),
+            ),
             header("x-ratelimit-remaining", s.remaining.to_string()),
             header("x-ratelimit-reset", s.reset_after.as_secs().to_string()),
         ];

@@ -46,7 +46,8 @@ struct JsonEntry {
 }
 
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, RequestError> {
-    serde_json::from_slice(body).map_err(|e| RequestError::invalid(format!("invalid JSON body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| RequestError::invalid(format!("invalid JSON body: {e}")))
 }
 
 fn code_name(code: i32) -> &'static str {
@@ -54,7 +55,10 @@ fn code_name(code: i32) -> &'static str {
 }
 
 /// `POST /json` (Envoy ratelimit's shape, field names in protobuf JSON's lowerCamelCase).
-pub(crate) async fn should_rate_limit(State(state): State<Arc<ApiState>>, body: Bytes) -> Result<Json<Value>, RequestError> {
+pub(crate) async fn should_rate_limit(
+    State(state): State<Arc<ApiState>>,
+    body: Bytes,
+) -> Result<Json<Value>, RequestError> {
     let request: JsonRequest = parse_json(&body)?;
     let grpc = RateLimitRequest {
         domain: request.domain,
@@ -62,7 +66,14 @@ pub(crate) async fn should_rate_limit(State(state): State<Arc<ApiState>>, body: 
             .descriptors
             .into_iter()
             .map(|d| RateLimitDescriptor {
-                entries: d.entries.into_iter().map(|e| Entry { key: e.key, value: e.value }).collect(),
+                entries: d
+                    .entries
+                    .into_iter()
+                    .map(|e| Entry {
+                        key: e.key,
+                        value: e.value,
+                    })
+                    .collect(),
                 hits_addend: d.hits_addend.map(|value| UInt64Value { value }),
                 ..Default::default()
             })

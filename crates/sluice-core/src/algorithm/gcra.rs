@@ -78,7 +78,8 @@ impl Algorithm for Gcra {
 
     fn refill(&self, tat: Nanos, now: Nanos, amount: u64) -> Nanos {
         // A TAT at or before `now` is a full bucket; never go below it.
-        tat.saturating_sub(mul_ns(amount, self.emission_ns)).max(now.min(tat))
+        tat.saturating_sub(mul_ns(amount, self.emission_ns))
+            .max(now.min(tat))
     }
 
     fn is_idle(&self, tat: &Nanos, now: Nanos) -> bool {

@@ -149,7 +149,9 @@ impl Algorithm for LeakyQueue {
     }
 
     fn refill(&self, free_at: Nanos, now: Nanos, amount: u64) -> Nanos {
-        free_at.saturating_sub(mul_ns(amount, self.drain_ns)).max(now.min(free_at))
+        free_at
+            .saturating_sub(mul_ns(amount, self.drain_ns))
+            .max(now.min(free_at))
     }
 
     fn is_idle(&self, free_at: &Nanos, now: Nanos) -> bool {

@@ -96,7 +96,9 @@ impl Algorithm for SlidingLog {
     fn refill(&self, mut state: SlidingLogState, _now: Nanos, mut amount: u64) -> SlidingLogState {
         // Give back the newest admissions first: they would have expired last.
         while amount > 0 {
-            let Some((_, cost)) = state.entries.back_mut() else { break };
+            let Some((_, cost)) = state.entries.back_mut() else {
+                break;
+            };
             let take = amount.min(*cost);
             *cost -= take;
             state.total -= take;
