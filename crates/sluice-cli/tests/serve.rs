@@ -555,9 +555,8 @@ async fn three_servers_share_one_redis() {
     }
     // Start at a window boundary, then offer 2x the limit for three windows, spread evenly.
     let window = Duration::from_secs(2);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
+    let now =
+        std::time::Duration::from_nanos(sluice_core::Clock::now(&sluice_core::SystemClock::new()));
     let to_boundary = window.as_nanos() - now.as_nanos() % window.as_nanos();
     tokio::time::sleep(Duration::from_nanos(to_boundary as u64 + 20_000_000)).await;
     let start = tokio::time::Instant::now();
