@@ -1,19 +1,18 @@
 //! `sluice serve` as a process: a real tonic client (envoy-types), the HTTP/JSON API, reloads,
 //! bad requests, graceful shutdown, and three processes sharing one real Redis.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::Duration;
+
+use common::{Serve, http_call};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use sluice_testkit::{RedisServer, free_port, wait_until};
+use sluice_testkit::{RedisServer, wait_until};
 
 const RULES: &str = r#"
 domain: edge
@@ -47,118 +46,6 @@ descriptors:
       - key: user
         rate_limit: { unit: minute, requests_per_unit: 5, mode: local, algorithm: token_bucket }
 "#;
-
-struct Serve {
-    child: Child,
-    dir: PathBuf,
-    http: u16,
-    grpc: u16,
-    admin: u16,
-}
-
-impl Serve {
-    fn start(name: &str, store: &str, rules: &[(&str, &str)]) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "sluice-serve-{name}-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(dir.join("rules")).unwrap();
-        for (file, text) in rules {
-            std::fs::write(dir.join("rules").join(file), text).unwrap();
-        }
-        let (http, grpc, admin) = (free_port(), free_port(), free_port());
-        let api = if rules.iter().any(|(f, _)| *f == "api.yaml") {
-            "api:\n  domain: api\n"
-        } else {
-            ""
-        };
-        std::fs::write(
-            dir.join("sluice.yaml"),
-            format!(
-                "store: {store}\nlisten:\n  http: 127.0.0.1:{http}\n  grpc: 127.0.0.1:{grpc}\n  admin: 127.0.0.1:{admin}\nrules: [rules/]\n{api}"
-            ),
-        )
-        .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--config"])
-            .arg(dir.join("sluice.yaml"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start sluice serve");
-        let serve = Self {
-            child,
-            dir,
-            http,
-            grpc,
-            admin,
-        };
-        assert!(
-            wait_until(Duration::from_secs(10), || http_call(
-                serve.admin,
-                "GET",
-                "/healthz",
-                ""
-            )
-            .0 == 200),
-            "sluice serve did not come up"
-        );
-        serve
-    }
-
-    fn rules_dir(&self) -> PathBuf {
-        self.dir.join("rules")
-    }
-
-    async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
-        RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
-            .await
-            .expect("grpc connect")
-    }
-
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let mut status = None;
-        wait_until(Duration::from_secs(10), || {
-            status = self.child.try_wait().ok().flatten();
-            status.is_some()
-        });
-        status.expect("sluice serve did not stop on SIGTERM")
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A minimal HTTP/1.1 exchange: returns (status, body).
-fn http_call(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    if stream.write_all(request.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response);
-    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-    (status, body)
-}
 
 fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
     RateLimitRequest {

@@ -1,0 +1,142 @@
+//! `sluice serve` processes for tests, and a minimal HTTP client.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluice_testkit::{free_port, wait_until};
+
+fn spawn(dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config"])
+        .arg(dir.join("sluice.yaml"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start sluice serve")
+}
+
+pub struct Serve {
+    child: Child,
+    dir: PathBuf,
+    pub http: u16,
+    pub grpc: u16,
+    pub admin: u16,
+}
+
+impl Serve {
+    pub fn start(name: &str, store: &str, rules: &[(&str, &str)]) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-serve-{name}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(dir.join("rules")).unwrap();
+        for (file, text) in rules {
+            std::fs::write(dir.join("rules").join(file), text).unwrap();
+        }
+        let (http, grpc, admin) = (free_port(), free_port(), free_port());
+        let api = if rules.iter().any(|(f, _)| *f == "api.yaml") {
+            "api:\n  domain: api\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            dir.join("sluice.yaml"),
+            format!(
+                "store: {store}\nlisten:\n  http: 127.0.0.1:{http}\n  grpc: 127.0.0.1:{grpc}\n  admin: 127.0.0.1:{admin}\nrules: [rules/]\n{api}"
+            ),
+        )
+        .unwrap();
+        let child = spawn(&dir);
+        let serve = Self {
+            child,
+            dir,
+            http,
+            grpc,
+            admin,
+        };
+        serve.wait_healthy();
+        serve
+    }
+
+    fn wait_healthy(&self) {
+        assert!(
+            wait_until(Duration::from_secs(10), || http_call(
+                self.admin, "GET", "/healthz", ""
+            )
+            .0 == 200),
+            "sluice serve did not come up"
+        );
+    }
+
+    /// Kills the process (as a crash would).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again with the same config and ports.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = spawn(&self.dir);
+        self.wait_healthy();
+    }
+
+    pub fn rules_dir(&self) -> PathBuf {
+        self.dir.join("rules")
+    }
+
+    pub async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+        RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
+            .await
+            .expect("grpc connect")
+    }
+
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let mut status = None;
+        wait_until(Duration::from_secs(10), || {
+            status = self.child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        status.expect("sluice serve did not stop on SIGTERM")
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A minimal HTTP/1.1 exchange: returns (status, body).
+pub fn http_call(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
