@@ -42,7 +42,9 @@ impl RateLimitService for RateLimitGrpc {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let response = decide(&self.engine, &self.options, &request.into_inner()).await?;
+        let request = request.into_inner();
+        tracing::debug!(?request, "ShouldRateLimit");
+        let response = decide(&self.engine, &self.options, &request).await?;
         Ok(tonic::Response::new(response))
     }
 }

@@ -15,9 +15,16 @@ fn spawn(dir: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--config"])
         .arg(dir.join("sluice.yaml"))
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(if std::env::var("SLUICE_TEST_LOG").is_ok() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .expect("start sluice serve")
 }

