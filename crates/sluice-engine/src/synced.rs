@@ -370,6 +370,8 @@ impl SyncedRule {
                     ttl: p.ttl(),
                     entry: None,
                     want_previous: false,
+                    // The window's key may not exist yet (the store was down all along).
+                    first_write: true,
                 });
                 s.carry_in_flight = Some((cw, cc));
             }
@@ -399,6 +401,7 @@ impl SyncedRule {
                     ttl: p.ttl(),
                     entry,
                     want_previous: !s.prev_known,
+                    first_write: !s.prev_known,
                 });
                 s.in_flight = Some((s.window, s.unflushed));
                 s.unflushed = 0;

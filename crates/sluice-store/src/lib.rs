@@ -17,7 +17,7 @@
 //! # fn tokio_test() { tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryStore::new(Arc::new(ManualClock::new(1_000_000_000)));
 //! let key = CounterKey::new("edge/user", &["alice"]);
-//! let item = FlushItem { key: key.as_str().into(), window: 7, delta: 3, ttl: Duration::from_secs(120), entry: None, want_previous: false };
+//! let item = FlushItem { key: key.as_str().into(), window: 7, delta: 3, ttl: Duration::from_secs(120), entry: None, want_previous: false, first_write: true };
 //! let reply = store.flush(&[item.clone()]).await.unwrap();
 //! assert_eq!(reply.results[0].as_ref().unwrap().total, 3);
 //! let reply = store.flush(&[item]).await.unwrap();
@@ -96,6 +96,8 @@ pub struct FlushItem {
     pub entry: Option<NodeEntry>,
     /// Read the previous window's total too (the engine asks once per window).
     pub want_previous: bool,
+    /// This instance's first write of the key in this window: set the keys' TTL.
+    pub first_write: bool,
 }
 
 /// What the store holds for one flushed key after the flush.

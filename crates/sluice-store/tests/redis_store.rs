@@ -21,6 +21,7 @@ fn item(key: &CounterKey, window: u64, delta: u64, node: Option<(&str, u64)>) ->
             rate_milli: 2500,
         }),
         want_previous: true,
+        first_write: true,
     }
 }
 

@@ -10,10 +10,7 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{Cmd, ConnectionAddr, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
-use super::{
-    BATCH, RedisStoreOptions, RedisTarget, Scripts, fill_batch, flush_pipeline, is_noscript,
-    map_error, parse_time,
-};
+use super::{RedisStoreOptions, RedisTarget, flush_pipeline, map_error, parse_time, read_item};
 use crate::{FlushItem, FlushOutcome, FlushReply, StoreError};
 
 pub(super) enum Backend {
@@ -293,114 +290,87 @@ impl ClusterBackend {
         Ok(map)
     }
 
-    /// Sends one pipeline per master, concurrently.
-    pub(super) async fn flush(
-        &self,
-        scripts: &Arc<Scripts>,
-        items: &[FlushItem],
-        mut results: Vec<Result<FlushOutcome, StoreError>>,
-    ) -> Result<FlushReply, StoreError> {
+    /// Sends one pipeline per master, concurrently: every command names one key, and each
+    /// goes to the master serving its slot (one rule+descriptor's keys share a hash tag).
+    pub(super) async fn flush(&self, items: &[FlushItem]) -> Result<FlushReply, StoreError> {
+        let mut results: Vec<Result<FlushOutcome, StoreError>> = items
+            .iter()
+            .map(|_| Err(StoreError::Refused("not sent".into())))
+            .collect();
         let mut conn = self.connection().await?;
         let map = self.slot_map(&mut conn).await?;
-        // node -> (slot, item index), sorted so each slot's items are contiguous.
-        let mut by_node: BTreeMap<(String, u16), Vec<(u16, usize)>> = BTreeMap::new();
+        let mut by_node: BTreeMap<(String, u16), Vec<usize>> = BTreeMap::new();
         for (i, item) in items.iter().enumerate() {
             let slot = slot_of(&item.key);
-            let Some((_, _, host, port)) =
-                map.iter().find(|(a, b, _, _)| (*a..=*b).contains(&slot))
-            else {
-                results[i] = Err(StoreError::Unavailable(format!(
-                    "no node serves slot {slot}"
-                )));
-                continue;
-            };
-            by_node
-                .entry((host.clone(), *port))
-                .or_default()
-                .push((slot, i));
+            match map.iter().find(|(a, b, _, _)| (*a..=*b).contains(&slot)) {
+                Some((_, _, host, port)) => {
+                    by_node.entry((host.clone(), *port)).or_default().push(i)
+                }
+                None => {
+                    results[i] = Err(StoreError::Unavailable(format!(
+                        "no node serves slot {slot}"
+                    )))
+                }
+            }
         }
         let mut tasks = tokio::task::JoinSet::new();
-        for ((host, port), mut members) in by_node {
-            members.sort_unstable();
-            // Batches: one slot and one TTL each, at most BATCH items.
-            let mut batches: Vec<(Vec<usize>, Vec<FlushItem>)> = Vec::new();
-            for (slot, i) in members {
-                let fits = batches
-                    .last()
-                    .is_some_and(|(idx, b): &(Vec<usize>, Vec<FlushItem>)| {
-                        b.len() < BATCH
-                            && slot_of(&b[0].key) == slot
-                            && b[0].ttl == items[i].ttl
-                            && idx.len() == b.len()
-                    });
-                if !fits {
-                    batches.push((Vec::new(), Vec::new()));
-                }
-                let last = batches.last_mut().expect("just pushed");
-                last.0.push(i);
-                last.1.push(items[i].clone());
-            }
+        for ((host, port), members) in by_node {
+            let owned: Vec<FlushItem> = members.iter().map(|&i| items[i].clone()).collect();
             let mut conn = conn.clone();
-            let scripts = scripts.clone();
             tasks.spawn(async move {
+                let refs: Vec<&FlushItem> = owned.iter().collect();
+                let (pipe, plans, count) = flush_pipeline(&refs, true);
                 let route = SingleNodeRoutingInfo::ByAddress { host, port };
-                let slices: Vec<&[FlushItem]> = batches.iter().map(|(_, b)| b.as_slice()).collect();
-                let pipe = flush_pipeline(&scripts, &slices, true);
-                let mut raw = conn.route_pipeline(pipe.clone(), 0, slices.len() + 1, route.clone()).await;
-                let mut round_trips = 1;
-                let noscript = matches!(&raw, Ok(values) if values.iter().any(|v| matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")));
-                if noscript {
-                    let mut load = redis::pipe();
-                    load.cmd("SCRIPT").arg("LOAD").arg(super::scripts::FLUSH_BATCH);
-                    let _ = conn.route_pipeline(load, 0, 1, route.clone()).await;
-                    raw = conn.route_pipeline(pipe, 0, slices.len() + 1, route).await;
-                    round_trips += 2;
-                }
-                (batches, raw, round_trips)
+                let raw = conn.route_pipeline(pipe, 0, count, route).await;
+                let outcome = raw.map(|values| {
+                    let replies: Vec<Result<Value, String>> = values
+                        .into_iter()
+                        .map(|v| match v {
+                            Value::ServerError(e) => Err(format!("{e:?}")),
+                            v => Ok(v),
+                        })
+                        .collect();
+                    let time = replies
+                        .last()
+                        .and_then(|t| t.as_ref().ok())
+                        .and_then(parse_time);
+                    let per_item: Vec<Result<FlushOutcome, StoreError>> = owned
+                        .iter()
+                        .zip(&plans)
+                        .map(|(item, plan)| read_item(item, plan, &replies))
+                        .collect();
+                    (per_item, time)
+                });
+                (members, outcome)
             });
         }
         let mut round_trips = 0;
         let mut store_time = None;
         while let Some(done) = tasks.join_next().await {
-            let Ok((batches, raw, trips)) = done else {
+            let Ok((members, outcome)) = done else {
                 continue;
             };
-            round_trips += trips;
-            match raw {
-                Ok(values) => {
-                    store_time = store_time.or_else(|| values.last().and_then(parse_time));
-                    for ((indices, batch), value) in batches.iter().zip(values) {
-                        let reply = match value {
-                            Value::ServerError(e) => Err(redis::RedisError::from(e)),
-                            v => Ok(v),
-                        };
-                        let mut local: Vec<Result<FlushOutcome, StoreError>> = batch
-                            .iter()
-                            .map(|_| Err(StoreError::Refused("not sent".into())))
-                            .collect();
-                        fill_batch(batch, 0, &reply, &mut local);
-                        for (&i, r) in indices.iter().zip(local) {
-                            results[i] = r;
-                        }
+            round_trips += 1;
+            match outcome {
+                Ok((per_item, time)) => {
+                    store_time = store_time.or(time);
+                    for (i, r) in members.into_iter().zip(per_item) {
+                        results[i] = r;
                     }
                 }
                 Err(e) => {
                     let err = map_error(&e);
-                    for (indices, _) in &batches {
-                        for &i in indices {
-                            results[i] = Err(err.clone());
-                        }
+                    for i in members {
+                        results[i] = Err(err.clone());
                     }
-                    if !is_noscript(&e) {
-                        self.invalidate();
-                    }
+                    self.invalidate();
                 }
             }
         }
-        if results
-            .iter()
-            .all(|r| r.as_ref().is_err_and(StoreError::is_unavailable))
-            && !items.is_empty()
+        if !items.is_empty()
+            && results
+                .iter()
+                .all(|r| r.as_ref().is_err_and(StoreError::is_unavailable))
         {
             return Err(StoreError::Unavailable(
                 "no cluster node answered the flush".into(),

@@ -40,8 +40,7 @@ impl Default for RedisStoreOptions {
     }
 }
 
-pub(crate) struct Scripts {
-    pub(crate) flush: redis::Script,
+struct Scripts {
     fixed_window: redis::Script,
     token_bucket: redis::Script,
     sliding_window: redis::Script,
@@ -51,7 +50,6 @@ pub(crate) struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            flush: redis::Script::new(scripts::FLUSH_BATCH),
             fixed_window: redis::Script::new(&scripts::fixed_window()),
             token_bucket: redis::Script::new(&scripts::token_bucket()),
             sliding_window: redis::Script::new(&scripts::sliding_window()),
@@ -109,10 +107,6 @@ pub(crate) fn map_error(e: &RedisError) -> StoreError {
     }
 }
 
-pub(crate) fn is_noscript(e: &RedisError) -> bool {
-    e.code() == Some("NOSCRIPT")
-}
-
 fn as_u64(v: &Value) -> Option<u64> {
     match v {
         Value::Int(i) => u64::try_from(*i).ok(),
@@ -130,116 +124,130 @@ fn as_str(v: &Value) -> Option<String> {
     }
 }
 
-fn parse_flush(key: &str, v: &Value) -> Result<FlushOutcome, StoreError> {
+fn parse_entries(v: &Value) -> Option<Vec<NodeEntry>> {
+    let pairs: Vec<(String, String)> = match v {
+        Value::Array(flat) => flat
+            .chunks(2)
+            .map(|p| match p {
+                [n, e] => Some((as_str(n)?, as_str(e)?)),
+                _ => None,
+            })
+            .collect::<Option<_>>()?,
+        Value::Map(pairs) => pairs
+            .iter()
+            .map(|(n, e)| Some((as_str(n)?, as_str(e)?)))
+            .collect::<Option<_>>()?,
+        _ => return None,
+    };
+    // An entry someone else wrote in another shape is skipped, not fatal.
+    Some(
+        pairs
+            .iter()
+            .filter_map(|(n, e)| NodeEntry::decode(n, e))
+            .collect(),
+    )
+}
+
+/// Where one item's replies are in the flush pipeline.
+pub(crate) struct ItemPlan {
+    incr: usize,
+    previous: Option<usize>,
+    entries: Option<usize>,
+}
+
+/// The flush as plain pipelined commands (no script: per-key Lua calls cost Redis several
+/// times more than the commands themselves). Per item: `INCRBY` the window counter; on this
+/// instance's first write of the key in the window, `PEXPIRE` it (two windows); `GET` the
+/// previous window's total when asked; for the predictive policy `HSET` this instance's entry
+/// (with its `PEXPIRE` on first write) and `HGETALL` the entries. `TIME` last, when asked.
+/// Every command names one key, so a Cluster node takes any mix of its own slots.
+pub(crate) fn flush_pipeline(
+    items: &[&FlushItem],
+    with_time: bool,
+) -> (redis::Pipeline, Vec<ItemPlan>, usize) {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    let mut n = 0;
+    let mut plans = Vec::with_capacity(items.len());
+    for item in items {
+        let counter = format!("{}:{}", item.key, item.window);
+        let ttl_ms = u64::try_from(item.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        pipe.cmd("INCRBY").arg(&counter).arg(item.delta);
+        let incr = n;
+        n += 1;
+        if item.first_write {
+            pipe.cmd("PEXPIRE").arg(&counter).arg(ttl_ms);
+            n += 1;
+        }
+        let previous = item.want_previous.then(|| {
+            pipe.cmd("GET")
+                .arg(format!("{}:{}", item.key, item.window.saturating_sub(1)));
+            n += 1;
+            n - 1
+        });
+        let entries = item.entry.as_ref().map(|e| {
+            let nodes = format!("{counter}:n");
+            pipe.cmd("HSET").arg(&nodes).arg(&*e.node).arg(e.encode());
+            n += 1;
+            if item.first_write {
+                pipe.cmd("PEXPIRE").arg(&nodes).arg(ttl_ms);
+                n += 1;
+            }
+            pipe.cmd("HGETALL").arg(&nodes);
+            n += 1;
+            n - 1
+        });
+        plans.push(ItemPlan {
+            incr,
+            previous,
+            entries,
+        });
+    }
+    if with_time {
+        pipe.cmd("TIME");
+        n += 1;
+    }
+    (pipe, plans, n)
+}
+
+/// One item's outcome from the pipeline's replies. Only a failed `INCRBY` fails the item
+/// (nothing was added); a bad previous total or bad entries make the answer poorer, never
+/// the item failed, so no count is ever sent twice.
+pub(crate) fn read_item(
+    item: &FlushItem,
+    plan: &ItemPlan,
+    replies: &[Result<Value, String>],
+) -> Result<FlushOutcome, StoreError> {
     let bad = |detail: String| StoreError::BadReply {
-        key: key.to_owned(),
-        detail,
-    };
-    let Value::Array(parts) = v else {
-        return Err(bad(format!(
-            "expected an array from the flush script, got {v:?}"
-        )));
-    };
-    let [total, previous, entries] = parts.as_slice() else {
-        return Err(bad(format!(
-            "expected 3 values from the flush script, got {}",
-            parts.len()
-        )));
-    };
-    let total =
-        as_u64(total).ok_or_else(|| bad(format!("window total is not a count: {total:?}")))?;
-    // -1: not asked for, or someone else's value sits at that key.
-    let previous_total = as_u64(previous);
-    let mut out = Vec::new();
-    match entries {
-        Value::Array(flat) => {
-            for pair in flat.chunks(2) {
-                let [node, entry] = pair else {
-                    return Err(bad("odd number of fields in the per-node hash".into()));
-                };
-                let (Some(node), Some(entry)) = (as_str(node), as_str(entry)) else {
-                    return Err(bad("per-node entry is not text".into()));
-                };
-                let decoded = NodeEntry::decode(&node, &entry).ok_or_else(|| {
-                    bad(format!(
-                        "per-node entry `{entry}` of `{node}` is not `count:at_ms:rate`"
-                    ))
-                })?;
-                out.push(decoded);
-            }
-        }
-        Value::Map(pairs) => {
-            for (node, entry) in pairs {
-                let (Some(node), Some(entry)) = (as_str(node), as_str(entry)) else {
-                    return Err(bad("per-node entry is not text".into()));
-                };
-                out.push(
-                    NodeEntry::decode(&node, &entry)
-                        .ok_or_else(|| bad(format!("per-node entry `{entry}` is malformed")))?,
-                );
-            }
-        }
-        other => return Err(bad(format!("per-node entries are not a list: {other:?}"))),
-    }
-    Ok(FlushOutcome {
-        total,
-        previous_total,
-        entries: out,
-    })
-}
-
-/// Items per flush script call: large enough that the call overhead vanishes, small enough
-/// that one call does not hold the server for long (about a millisecond).
-pub(crate) const BATCH: usize = 500;
-
-/// Splits items into runs of at most `BATCH` with one TTL each (the engine emits a rule's items
-/// together, so runs are long); returns the runs and where each starts.
-fn batches(items: &[FlushItem]) -> (Vec<&[FlushItem]>, Vec<usize>) {
-    let mut batches = Vec::new();
-    let mut offsets = Vec::new();
-    let mut start = 0;
-    while start < items.len() {
-        let ttl = items[start].ttl;
-        let mut end = start + 1;
-        while end < items.len() && end - start < BATCH && items[end].ttl == ttl {
-            end += 1;
-        }
-        batches.push(&items[start..end]);
-        offsets.push(start);
-        start = end;
-    }
-    (batches, offsets)
-}
-
-/// Spreads one batch reply over its items' results.
-pub(crate) fn fill_batch(
-    batch: &[FlushItem],
-    offset: usize,
-    reply: &redis::RedisResult<Value>,
-    results: &mut [Result<FlushOutcome, StoreError>],
-) {
-    let bad = |item: &FlushItem, detail: String| StoreError::BadReply {
         key: item.key.to_string(),
         detail,
     };
-    match reply {
-        Ok(Value::Array(per_item)) if per_item.len() == batch.len() => {
-            for (i, (item, v)) in batch.iter().zip(per_item).enumerate() {
-                results[offset + i] = parse_flush(&item.key, v);
-            }
+    let total = match replies.get(plan.incr) {
+        Some(Ok(v)) => {
+            as_u64(v).ok_or_else(|| bad(format!("window total is not a count: {v:?}")))?
         }
-        Ok(other) => {
-            for (i, item) in batch.iter().enumerate() {
-                results[offset + i] = Err(bad(item, format!("unexpected flush reply {other:?}")));
-            }
-        }
-        Err(e) => {
-            // The script failed as a whole before applying anything it reports per item.
-            for (i, item) in batch.iter().enumerate() {
-                results[offset + i] = Err(bad(item, e.to_string()));
-            }
-        }
-    }
+        Some(Err(e)) => return Err(bad(e.clone())),
+        None => return Err(bad("no reply".into())),
+    };
+    let previous_total = plan.previous.and_then(|i| match replies.get(i) {
+        Some(Ok(Value::Nil)) => Some(0),
+        Some(Ok(v)) => as_u64(v),
+        _ => None,
+    });
+    let entries = plan
+        .entries
+        .and_then(|i| match replies.get(i) {
+            Some(Ok(v)) => parse_entries(v),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Ok(FlushOutcome {
+        total,
+        previous_total,
+        entries,
+    })
 }
 
 pub(crate) fn parse_time(v: &Value) -> Option<Nanos> {
@@ -386,134 +394,41 @@ impl RedisStore {
             .unwrap_or(Err(StoreError::Timeout(self.options.timeout)))
     }
 
-    async fn load_script<C: redis::aio::ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-    ) -> Result<(), StoreError> {
-        self.scripts
-            .flush
-            .prepare_invoke()
-            .load_async(conn)
-            .await
-            .map_err(|e| map_error(&e))?;
-        Ok(())
-    }
-
-    /// One pipeline holding the items as batches of at most `BATCH` per script call. All items
-    /// of a batch share one TTL (see [`batches`]).
-    fn flush_pipeline(&self, batches: &[&[FlushItem]], with_time: bool) -> redis::Pipeline {
-        flush_pipeline(&self.scripts, batches, with_time)
-    }
-}
-
-/// One pipeline holding `batches`, one script call each, optionally followed by `TIME`.
-pub(crate) fn flush_pipeline(
-    scripts: &Scripts,
-    batches: &[&[FlushItem]],
-    with_time: bool,
-) -> redis::Pipeline {
-    {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for batch in batches {
-            let ttl_ms = batch.first().map_or(1, |i| {
-                u64::try_from(i.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-            });
-            let cmd = pipe
-                .cmd("EVALSHA")
-                .arg(scripts.flush.get_hash())
-                .arg(batch.len());
-            for item in *batch {
-                cmd.arg(format!("{}:{}", item.key, item.window));
-            }
-            cmd.arg(ttl_ms);
-            let mut flags = String::new();
-            for item in *batch {
-                flags.clear();
-                if item.want_previous {
-                    flags.push('p');
-                }
-                if let Some(e) = &item.entry {
-                    flags.push('|');
-                    flags.push_str(&e.node);
-                    flags.push('|');
-                    flags.push_str(&e.encode());
-                }
-                cmd.arg(item.delta).arg(flags.as_str());
-            }
-        }
-        if with_time {
-            pipe.cmd("TIME");
-        }
-        pipe
-    }
-}
-
-impl RedisStore {
-    /// Sends `batches` in one pipeline; each batch's reply lands in `results` at `offsets`.
-    /// Batches whose script was missing (NOSCRIPT: nothing ran) are sent again after loading.
-    async fn flush_batches<C: redis::aio::ConnectionLike + Send>(
-        &self,
-        conn: &mut C,
-        batches: &[&[FlushItem]],
-        offsets: &[usize],
-        results: &mut [Result<FlushOutcome, StoreError>],
-    ) -> Result<(Option<Nanos>, usize), StoreError> {
-        let raw: Vec<redis::RedisResult<Value>> = self
-            .flush_pipeline(batches, true)
-            .query_async(conn)
-            .await
-            .map_err(|e| map_error(&e))?;
-        let mut round_trips = 1;
-        let store_time = raw
-            .get(batches.len())
-            .and_then(|t| t.as_ref().ok())
-            .and_then(parse_time);
-        let mut missing = Vec::new();
-        for (b, reply) in raw.iter().take(batches.len()).enumerate() {
-            match reply {
-                Err(e) if is_noscript(e) => missing.push(b),
-                other => fill_batch(batches[b], offsets[b], other, results),
-            }
-        }
-        if !missing.is_empty() {
-            self.load_script(conn).await?;
-            let again: Vec<&[FlushItem]> = missing.iter().map(|&b| batches[b]).collect();
-            let raw: Vec<redis::RedisResult<Value>> = self
-                .flush_pipeline(&again, false)
-                .query_async(conn)
-                .await
-                .map_err(|e| map_error(&e))?;
-            round_trips += 2;
-            for (&b, reply) in missing.iter().zip(&raw) {
-                fill_batch(batches[b], offsets[b], reply, results);
-            }
-        }
-        Ok((store_time, round_trips))
-    }
-
     async fn flush_inner(&self, items: &[FlushItem]) -> Result<FlushReply, StoreError> {
-        let mut results: Vec<Result<FlushOutcome, StoreError>> = items
-            .iter()
-            .map(|_| Err(StoreError::Refused("not sent".into())))
-            .collect();
         if let Backend::Cluster(cluster) = &self.backend {
-            let reply = cluster.flush(&self.scripts, items, results).await;
+            let reply = cluster.flush(items).await;
             if let Ok(r) = &reply
-                && let Some(Err(e)) = r
-                    .results
-                    .iter()
-                    .find(|r| r.as_ref().is_err_and(|e| e.to_string().contains("MOVED")))
+                && let Some(Err(e)) = r.results.iter().find(|r| {
+                    r.as_ref().is_err_and(|e| {
+                        let t = e.to_string();
+                        t.contains("MOVED") || t.contains("CLUSTERDOWN")
+                    })
+                })
             {
                 self.on_error(e);
             }
             return reply;
         }
-        let (batches, offsets) = batches(items);
         let mut conn = self.connection().await?;
-        let (store_time, round_trips) = self
-            .flush_batches(&mut conn, &batches, &offsets, &mut results)
-            .await?;
+        let refs: Vec<&FlushItem> = items.iter().collect();
+        let (pipe, plans, _) = flush_pipeline(&refs, true);
+        let raw: Vec<redis::RedisResult<Value>> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        let replies: Vec<Result<Value, String>> = raw
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        let store_time = replies
+            .last()
+            .and_then(|t| t.as_ref().ok())
+            .and_then(parse_time);
+        let results: Vec<Result<FlushOutcome, StoreError>> = items
+            .iter()
+            .zip(&plans)
+            .map(|(item, plan)| read_item(item, plan, &replies))
+            .collect();
         // A demoted master refuses writes item by item: nothing was applied; find the new one.
         if let Some(Err(e)) = results.iter().find(|r| {
             r.as_ref()
@@ -524,7 +439,7 @@ impl RedisStore {
         Ok(FlushReply {
             results,
             store_time,
-            round_trips,
+            round_trips: 1,
         })
     }
 

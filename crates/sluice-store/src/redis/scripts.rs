@@ -2,60 +2,6 @@
 //! one key's flush (synced mode). `s()` formats a number as a whole decimal: Lua's default
 //! `tostring` would write `1.7e+15` and lose digits.
 
-/// Flushes a batch of keys in one call (all keys of a batch share one cluster slot, or the
-/// server is not a cluster). KEYS: each item's window counter (`<key>:<window>`); its per-node
-/// hash is `<counter>:n` and the previous window's counter `<key>:<window - 1>`, in the same
-/// slot through the key's hash tag. ARGV: the TTL in ms, then per item its delta and a flag
-/// string: `''` (just count), with `p` to read the previous window's total, and `|node|entry`
-/// to write this instance's entry and read all entries back. Steady reactive flushes cost one
-/// INCRBY per key; keeping arguments this small matters as much as the calls themselves.
-///
-/// Per item it returns `{total, previous_total (-1 when not asked or not a count), {node,
-/// entry, ...}}`, or the error text when the count itself could not be added (`redis.pcall`):
-/// a key someone else wrote with another type fails by itself, and an item whose count was
-/// added is never reported failed, so nothing is counted twice when failures are retried.
-/// TTLs are set when a key or field is created.
-pub const FLUSH_BATCH: &str = r"
-local out = {}
-local ttl = ARGV[1]
-local empty = {}
-for i = 1, #KEYS do
-  local k = KEYS[i]
-  local delta = ARGV[2 * i]
-  local flags = ARGV[2 * i + 1]
-  local total = redis.pcall('INCRBY', k, delta)
-  if type(total) == 'table' then
-    out[i] = total.err
-  else
-    if total == tonumber(delta) then redis.call('PEXPIRE', k, ttl) end
-    -- The count is applied from here on: later failures only make the reply poorer (no
-    -- entries, unknown previous total), never the item failed, so it is never sent twice.
-    local prev = -1
-    local entries = empty
-    if flags ~= '' then
-      if string.byte(flags, 1) == 112 then
-        local base, w = string.match(k, '^(.*):(%d+)$')
-        local p = redis.pcall('GET', base .. ':' .. string.format('%.0f', tonumber(w) - 1))
-        if type(p) ~= 'table' then
-          if not p then prev = 0 elseif tonumber(p) then prev = tonumber(p) end
-        end
-      end
-      local node, entry = string.match(flags, '|([^|]*)|(.*)$')
-      if node then
-        local h = k .. ':n'
-        local added = redis.pcall('HSET', h, node, entry)
-        if type(added) ~= 'table' then
-          if added == 1 then redis.call('PEXPIRE', h, ttl) end
-          entries = redis.call('HGETALL', h)
-        end
-      end
-    end
-    out[i] = {total, prev, entries}
-  end
-end
-return out
-";
-
 /// Common prologue: argument parsing and the result shape
 /// `{code, remaining, reset_after_us, retry_after_us}` with code 0 allowed, 1 denied,
 /// 2 cost above capacity (remaining holds the capacity).
