@@ -239,7 +239,11 @@ impl Engine {
                                 } else {
                                     "predictive"
                                 };
-                                (RuleKind::Synced(SyncedRule::new(params)), policy, limit)
+                                (
+                                    RuleKind::Synced(SyncedRule::new(params, id.clone())),
+                                    policy,
+                                    limit,
+                                )
                             }
                             Mode::Exact => (
                                 RuleKind::Exact(ExactRule::new(
@@ -482,7 +486,7 @@ impl Engine {
                     if synced.keys.len() >= self.max_keys && !synced.keys.pin().contains_key(key) {
                         return self.overflow(engine, key, now, cost);
                     }
-                    synced.check(key, store_key, now, cost, store_ok)
+                    synced.check(key, now, cost, store_ok)
                 })
             }
             RuleKind::Exact(exact) => {

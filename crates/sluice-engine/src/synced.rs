@@ -259,10 +259,10 @@ impl KeyState {
     }
 }
 
-/// A key tracked by a synced rule.
-#[derive(Debug)]
+/// A key tracked by a synced rule: just its state, inline in the map's entry. The store key
+/// is rebuilt from the rule id and the map key at flush time instead of being kept per key.
+#[derive(Debug, Default)]
 pub(crate) struct SyncedKey {
-    pub store_key: Arc<str>,
     pub state: Mutex<KeyState>,
 }
 
@@ -275,12 +275,14 @@ impl SyncedKey {
 /// One synced rule: its keys and parameters.
 pub(crate) struct SyncedRule {
     pub params: SyncedParams,
-    pub keys: HashMap<String, Arc<SyncedKey>, FastHasher>,
+    pub rule_id: Arc<str>,
+    pub keys: HashMap<String, SyncedKey, FastHasher>,
 }
 
 /// What a flush needs to apply a reply to one key.
 pub(crate) struct PendingFlush {
-    pub key: Arc<SyncedKey>,
+    /// The key's name in the rule's map.
+    pub name: String,
     /// Index in the items of the carry item, if any.
     pub carry_item: Option<usize>,
     /// Index of the current-window item, if any.
@@ -288,9 +290,10 @@ pub(crate) struct PendingFlush {
 }
 
 impl SyncedRule {
-    pub(crate) fn new(params: SyncedParams) -> Self {
+    pub(crate) fn new(params: SyncedParams, rule_id: Arc<str>) -> Self {
         Self {
             params,
+            rule_id,
             keys: HashMap::builder()
                 .hasher(FastHasher::default())
                 .capacity(1024)
@@ -299,12 +302,10 @@ impl SyncedRule {
         }
     }
 
-    /// Checks a request against the key `key` (an encoded descriptor); `store_key` builds the
-    /// store key on first sight only.
+    /// Checks a request against the key `key` (an encoded descriptor).
     pub(crate) fn check(
         &self,
         key: &str,
-        store_key: impl FnOnce() -> Arc<str>,
         now: Nanos,
         cost: u64,
         store_ok: bool,
@@ -312,16 +313,9 @@ impl SyncedRule {
         let guard = self.keys.guard();
         let entry = match self.keys.get(key, &guard) {
             Some(k) => k,
-            None => self.keys.get_or_insert_with(
-                key.to_owned(),
-                || {
-                    Arc::new(SyncedKey {
-                        store_key: store_key(),
-                        state: Mutex::new(KeyState::default()),
-                    })
-                },
-                &guard,
-            ),
+            None => self
+                .keys
+                .get_or_insert_with(key.to_owned(), SyncedKey::default, &guard),
         };
         entry.lock().check(&self.params, now, cost, store_ok)
     }
@@ -357,14 +351,24 @@ impl SyncedRule {
             let mut s = key.lock();
             s.roll(p, now);
             let mut flush = PendingFlush {
-                key: Arc::clone(key),
+                name: String::new(),
                 carry_item: None,
                 window_item: None,
+            };
+            let mut store_key: Option<Arc<str>> = None;
+            let mut store_key = || {
+                store_key
+                    .get_or_insert_with(|| {
+                        sluice_store::CounterKey::from_encoded(&self.rule_id, name)
+                            .as_str()
+                            .into()
+                    })
+                    .clone()
             };
             if let Some((cw, cc)) = s.carry.take() {
                 flush.carry_item = Some(items.len());
                 items.push(FlushItem {
-                    key: key.store_key.clone(),
+                    key: store_key(),
                     window: cw,
                     delta: cc,
                     ttl: p.ttl(),
@@ -395,7 +399,7 @@ impl SyncedRule {
                 });
                 flush.window_item = Some(items.len());
                 items.push(FlushItem {
-                    key: key.store_key.clone(),
+                    key: store_key(),
                     window: s.window,
                     delta: s.unflushed,
                     ttl: p.ttl(),
@@ -413,6 +417,7 @@ impl SyncedRule {
                 idle.push(name.clone());
             }
             if flush.carry_item.is_some() || flush.window_item.is_some() {
+                flush.name.clone_from(name);
                 pending.push(flush);
             }
         }
@@ -431,7 +436,12 @@ impl SyncedRule {
         now: Nanos,
     ) -> bool {
         let p = &self.params;
-        let mut s = pending.key.lock();
+        let guard = self.keys.guard();
+        let Some(key) = self.keys.get(pending.name.as_str(), &guard) else {
+            // Only idle keys are removed, and a key with counts in flight is not idle.
+            return false;
+        };
+        let mut s = key.lock();
         let mut ok = true;
         if let (Some(i), Some((cw, cc))) = (pending.carry_item, s.carry_in_flight.take())
             && !matches!(results.and_then(|r| r.get(i)), Some(Ok(_)))

@@ -17,26 +17,30 @@ pub const KEY_PREFIX: &str = "sluice:v1:";
 impl CounterKey {
     /// The key of `rule_id` for the descriptor `values`.
     pub fn new<V: AsRef<str>>(rule_id: &str, values: &[V]) -> Self {
-        // A fixed-seed hash: every instance must compute the same tag.
+        let mut encoded = String::with_capacity(8 * values.len());
+        for v in values {
+            let v = v.as_ref();
+            let _ = write!(encoded, "{}:{v}", v.len());
+        }
+        Self::from_encoded(rule_id, &encoded)
+    }
+
+    /// The key of `rule_id` for values already encoded as `<len>:<value>...` (the engine's
+    /// in-memory key), so the engine need not keep a store key per tracked key.
+    pub fn from_encoded(rule_id: &str, encoded_values: &str) -> Self {
+        // A fixed hash: every instance must compute the same tag.
         let mut hasher = Fnv::default();
         hasher.write(rule_id.as_bytes());
         hasher.write_u8(0xff);
-        for v in values {
-            hasher.write_usize(v.as_ref().len());
-            hasher.write(v.as_ref().as_bytes());
-        }
+        hasher.write(encoded_values.as_bytes());
         let mut key =
-            String::with_capacity(KEY_PREFIX.len() + 20 + rule_id.len() + 8 * values.len());
+            String::with_capacity(KEY_PREFIX.len() + 24 + rule_id.len() + encoded_values.len());
         let _ = write!(
             key,
-            "{KEY_PREFIX}{{{:016x}}}:{}:{rule_id}",
+            "{KEY_PREFIX}{{{:016x}}}:{}:{rule_id}{encoded_values}",
             hasher.finish(),
             rule_id.len()
         );
-        for v in values {
-            let v = v.as_ref();
-            let _ = write!(key, "{}:{v}", v.len());
-        }
         Self(key)
     }
 
