@@ -1,0 +1,159 @@
+//! `RateLimitLayer` and the `RateLimit` service it builds.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use http::{Request, Response, StatusCode};
+use http_body_util::{Either, Full};
+use sluice_config::{HeaderStyle, Route};
+use sluice_engine::Engine;
+
+use crate::actions::{RequestParts, client_address, descriptors, route_matches};
+use crate::headers::{add_rate_limit_headers, retry_after_secs};
+
+/// How a gateway or service limits: the domain its rules live in, its routes (first match
+/// wins; each builds descriptors and has a cost), the header style, and how many
+/// `X-Forwarded-For` hops to trust for the client address.
+#[derive(Clone, Debug)]
+pub struct LimitPolicy {
+    /// Rule domain.
+    pub domain: String,
+    /// Routes.
+    pub routes: Vec<Route>,
+    /// Response headers.
+    pub headers: HeaderStyle,
+    /// Trusted proxies in front of this one (0: the peer address is the client).
+    pub trusted_hops: usize,
+}
+
+struct Shared {
+    engine: Arc<ArcSwap<Engine>>,
+    policy: LimitPolicy,
+}
+
+/// A `tower::Layer` that limits requests with a Sluice engine before they reach the inner
+/// service. Denied requests get `429 Too Many Requests` with `Retry-After`, the configured
+/// rate-limit headers and a small JSON body; allowed ones carry the headers too. Shadow-mode
+/// rules only count. Works with axum, hyper and tonic services.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    /// A layer over `engine` (swapped on reload by whoever holds it) with `policy`.
+    pub fn new(engine: Arc<ArcSwap<Engine>>, policy: LimitPolicy) -> Self {
+        Self {
+            shared: Arc::new(Shared { engine, policy }),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service of [`RateLimitLayer`].
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+/// The peer address, from axum's `ConnectInfo` or a plain `SocketAddr` extension.
+fn peer<B>(req: &Request<B>) -> Option<IpAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .or_else(|| req.extensions().get::<SocketAddr>().map(SocketAddr::ip))
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, B, ResBody> tower::Service<Request<B>> for RateLimit<S>
+where
+    S: tower::Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+    ResBody: Send + 'static,
+{
+    type Response = Response<Either<ResBody, Full<bytes_alias::Bytes>>>;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        // The clone that was polled ready serves this call (tower's usual dance).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let policy = &shared.policy;
+            let route = policy
+                .routes
+                .iter()
+                .find(|r| route_matches(&r.matcher, req.method(), req.uri().path()));
+            let Some(route) = route else {
+                return inner.call(req).await.map(|r| r.map(Either::Left));
+            };
+            let parts = RequestParts {
+                method: req.method(),
+                path: req.uri().path(),
+                query: req.uri().query(),
+                headers: req.headers(),
+                client: client_address(req.headers(), peer(&req), policy.trusted_hops),
+            };
+            let built = descriptors(route, &parts);
+            if built.is_empty() {
+                return inner.call(req).await.map(|r| r.map(Either::Left));
+            }
+            let engine = shared.engine.load_full();
+            // An unknown domain means no rules: never fail a request because of the limiter.
+            let Ok(verdict) = engine.check(&policy.domain, &built, route.cost).await else {
+                return inner.call(req).await.map(|r| r.map(Either::Left));
+            };
+            if !verdict.allowed {
+                let retry = retry_after_secs(&verdict);
+                let body =
+                    serde_json::json!({ "error": "too many requests", "retry_after_s": retry })
+                        .to_string();
+                let mut response =
+                    Response::new(Either::Right(Full::new(bytes_alias::Bytes::from(body))));
+                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                let headers = response.headers_mut();
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry));
+                add_rate_limit_headers(headers, &verdict, policy.headers);
+                return Ok(response);
+            }
+            let mut headers = http::HeaderMap::new();
+            add_rate_limit_headers(&mut headers, &verdict, policy.headers);
+            drop(verdict);
+            let mut response = inner.call(req).await?.map(Either::Left);
+            response.headers_mut().extend(headers);
+            Ok(response)
+        })
+    }
+}
+
+/// `bytes` as re-exported by axum (no direct dependency needed).
+mod bytes_alias {
+    pub use axum::body::Bytes;
+}

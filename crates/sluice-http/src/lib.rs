@@ -1,0 +1,13 @@
+//! Sluice for HTTP services: [`RateLimitLayer`], a `tower` layer that builds Envoy-style
+//! descriptors from each request (headers, client address, masked address, constants, header
+//! matches, query parameters, method, path template), asks the Sluice engine, and answers
+//! `429 Too Many Requests` with `Retry-After` and rate-limit headers when a rule denies.
+//! It works in an axum router, a tonic server, or any hyper service.
+
+mod actions;
+mod headers;
+mod layer;
+
+pub use actions::{Descriptor, RequestParts, client_address, descriptors, route_matches};
+pub use headers::{add_rate_limit_headers, retry_after_secs};
+pub use layer::{LimitPolicy, RateLimit, RateLimitLayer};
