@@ -64,11 +64,7 @@ fn routes(routes_yaml: &str) -> Vec<Route> {
 }
 
 struct Harness {
-    svc: tower::util::BoxCloneService<
-        Request<String>,
-        Response<http_body_util::Either<Full<Bytes>, Full<Bytes>>>,
-        Infallible,
-    >,
+    svc: tower::util::BoxCloneService<Request<String>, Reply, Infallible>,
 }
 
 impl Harness {
@@ -110,7 +106,7 @@ impl Harness {
         uri: &str,
         headers: &[(&str, &str)],
         peer: &str,
-    ) -> Response<http_body_util::Either<Full<Bytes>, Full<Bytes>>> {
+    ) -> Reply {
         let mut b = Request::builder().method(method).uri(uri);
         for (k, v) in headers {
             b = b.header(*k, *v);
@@ -135,6 +131,8 @@ impl Harness {
         out
     }
 }
+
+type Reply = Response<http_body_util::Either<Full<Bytes>, Full<Bytes>>>;
 
 const PEER: &str = "192.0.2.10:5000";
 
