@@ -217,11 +217,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let http_listener = bind("http", config.listen.http).await?;
     let grpc_listener = bind("grpc", config.listen.grpc).await?;
     let admin_listener = bind("admin", config.listen.admin).await?;
-    if !config.gateways.is_empty() {
-        tracing::warn!(
-            gateways = config.gateways.len(),
-            "the `gateways` section is validated but not served by this build (the HTTP gateway is a later issue)"
-        );
+    let mut gateway_listeners = Vec::with_capacity(config.gateways.len());
+    for g in &config.gateways {
+        gateway_listeners.push((bind("gateway", g.listen).await?, g.clone()));
     }
     tracing::info!(
         http = %config.listen.http, grpc = %config.listen.grpc, admin = %config.listen.admin,
@@ -309,11 +307,25 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         })
     };
 
+    let mut gateways = tokio::task::JoinSet::new();
+    for (listener, gateway) in gateway_listeners {
+        let router = sluice_http::gateway_router(engine.clone(), &gateway, Duration::from_secs(30));
+        tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, "gateway serving");
+        let serve = axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(stopped(stop_rx.clone()));
+        gateways.spawn(async move { serve.await });
+    }
     let servers = tokio::spawn(async move {
         let (h, a, g) = tokio::join!(http, admin, grpc);
         h.context("http listener")?;
         a.context("admin listener")?;
         g.context("grpc listener")?;
+        while let Some(done) = gateways.join_next().await {
+            done.context("gateway task")?.context("gateway listener")?;
+        }
         anyhow::Ok(())
     });
 

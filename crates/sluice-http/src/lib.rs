@@ -5,9 +5,11 @@
 //! It works in an axum router, a tonic server, or any hyper service.
 
 mod actions;
+mod gateway;
 mod headers;
 mod layer;
 
 pub use actions::{Descriptor, RequestParts, client_address, descriptors, route_matches};
+pub use gateway::gateway_router;
 pub use headers::{add_rate_limit_headers, retry_after_secs};
 pub use layer::{LimitPolicy, RateLimit, RateLimitLayer};

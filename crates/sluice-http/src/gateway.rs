@@ -1,0 +1,150 @@
+//! The reverse-proxy gateway: limits with [`RateLimitLayer`], then forwards to the upstream.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::response::{IntoResponse, Response};
+use http::header::{self, HeaderName};
+use http::{HeaderValue, StatusCode, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sluice_config::Gateway;
+use sluice_engine::Engine;
+
+use crate::layer::{LimitPolicy, RateLimitLayer};
+
+/// Headers that describe one connection, not the request: never forwarded (RFC 9110 7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+struct Upstream {
+    client: Client<HttpConnector, Body>,
+    authority: String,
+    timeout: Duration,
+}
+
+fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::TRANSFER_ENCODING);
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": message }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn proxy(
+    State(up): State<Arc<Upstream>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    mut req: Request,
+) -> Response {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let Ok(uri) = Uri::builder()
+        .scheme("http")
+        .authority(up.authority.as_str())
+        .path_and_query(path)
+        .build()
+    else {
+        return error(StatusCode::BAD_REQUEST, "invalid request target");
+    };
+    *req.uri_mut() = uri;
+    *req.version_mut() = http::Version::HTTP_11;
+    let headers = req.headers_mut();
+    strip_hop_by_hop(headers);
+    // X-Forwarded-For: append the peer; Forwarded (RFC 7239) likewise.
+    let ip = peer.ip().to_string();
+    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {ip}"),
+        None => ip.clone(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert("x-forwarded-for", v);
+    }
+    let node = if peer.is_ipv6() {
+        format!("\"[{ip}]\"")
+    } else {
+        ip
+    };
+    if let Ok(v) = HeaderValue::from_str(&format!("for={node};proto=http")) {
+        headers.append(header::FORWARDED, v);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    match tokio::time::timeout(up.timeout, up.client.request(req)).await {
+        Err(_) => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the upstream did not answer in time",
+        ),
+        Ok(Err(e)) => {
+            tracing::warn!(upstream = %up.authority, error = %e, "upstream request failed");
+            error(StatusCode::BAD_GATEWAY, "the upstream is unreachable")
+        }
+        Ok(Ok(response)) => {
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, Body::new(body))
+        }
+    }
+}
+
+/// The gateway's router: rate limiting in front of a streaming reverse proxy to
+/// `gateway.upstream`. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
+/// An upstream that is down gives 502 (504 on timeout), never 429.
+pub fn gateway_router(
+    engine: Arc<ArcSwap<Engine>>,
+    gateway: &Gateway,
+    upstream_timeout: Duration,
+) -> axum::Router {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(2)));
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector);
+    let upstream = Arc::new(Upstream {
+        client,
+        authority: gateway.upstream.trim_start_matches("http://").to_owned(),
+        timeout: upstream_timeout,
+    });
+    let layer = RateLimitLayer::new(
+        engine,
+        LimitPolicy {
+            domain: gateway.domain.clone(),
+            routes: gateway.routes.clone(),
+            headers: gateway.headers,
+            trusted_hops: 0,
+        },
+    );
+    axum::Router::new()
+        .fallback(proxy)
+        .with_state(upstream)
+        .layer(layer)
+}
