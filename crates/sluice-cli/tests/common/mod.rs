@@ -39,6 +39,11 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(name: &str, store: &str, rules: &[(&str, &str)]) -> Self {
+        Self::start_with(name, store, rules, "")
+    }
+
+    /// Like [`Serve::start`], with more `sluice.yaml` text appended (e.g. a `gateways:` section).
+    pub fn start_with(name: &str, store: &str, rules: &[(&str, &str)], extra: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "sluice-serve-{name}-{}-{}",
             std::process::id(),
@@ -57,7 +62,7 @@ impl Serve {
         std::fs::write(
             dir.join("sluice.yaml"),
             format!(
-                "store: {store}\nlisten:\n  http: 127.0.0.1:{http}\n  grpc: 127.0.0.1:{grpc}\n  admin: 127.0.0.1:{admin}\nrules: [rules/]\n{api}"
+                "store: {store}\nlisten:\n  http: 127.0.0.1:{http}\n  grpc: 127.0.0.1:{grpc}\n  admin: 127.0.0.1:{admin}\nrules: [rules/]\n{api}{extra}"
             ),
         )
         .unwrap();
