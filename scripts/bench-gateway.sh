@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Gateway throughput and latency, side by side in one run (docs/BENCHMARKS.md):
+#   nginx upstream (returns 200 "ok") <- {sluice gateway with limiting, sluice gateway without,
+#   nginx proxy_pass, Envoy 1.40 + ratelimit filter -> sluice gRPC}
+# Needs: wrk, nginx (Debian packages), target/envoy-venv/bin/envoy (the README test command
+# installs it), a release build: cargo build --release -p sluice-cli
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-64}
+W=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
+
+# Upstream: nginx returning 200.
+cat > "$W/upstream.conf" <<CONF
+worker_processes 1; daemon off; pid $W/up.pid; error_log $W/up.err;
+events { worker_connections 4096; }
+http { access_log off; server { listen 127.0.0.1:18100; location / { return 200 "ok"; } } }
+CONF
+nginx -c "$W/upstream.conf" -p "$W" &
+# nginx proxy_pass in front of it.
+cat > "$W/proxy.conf" <<CONF
+worker_processes 1; daemon off; pid $W/px.pid; error_log $W/px.err;
+events { worker_connections 4096; }
+http { access_log off; upstream up { server 127.0.0.1:18100; keepalive 64; }
+  server { listen 127.0.0.1:18101; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+CONF
+nginx -c "$W/proxy.conf" -p "$W" &
+
+mkdir -p "$W/rules"
+printf 'domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: second, requests_per_unit: 1000000000 }\n' > "$W/rules/edge.yaml"
+cat > "$W/on.yaml" <<CONF
+listen: { http: 127.0.0.1:18110, grpc: 127.0.0.1:18111, admin: 127.0.0.1:18112 }
+rules: [rules/]
+gateways:
+  - listen: 127.0.0.1:18102
+    upstream: http://127.0.0.1:18100
+    domain: edge
+    routes:
+      - match: { path_prefix: / }
+        rate_limits: [{ actions: [{ request_headers: { header_name: x-user-id, descriptor_key: user } }] }]
+CONF
+cat > "$W/off.yaml" <<CONF
+listen: { http: 127.0.0.1:18120, grpc: 127.0.0.1:18121, admin: 127.0.0.1:18122 }
+rules: [rules/]
+gateways:
+  - listen: 127.0.0.1:18103
+    upstream: http://127.0.0.1:18100
+    domain: edge
+    routes: []
+CONF
+RUST_LOG=error ./target/release/sluice serve --config "$W/on.yaml" &
+RUST_LOG=error ./target/release/sluice serve --config "$W/off.yaml" &
+if [ -x target/envoy-venv/bin/envoy ]; then
+  sed -e 's/port_value: 10000/port_value: 18104/' -e 's/port_value: 3000/port_value: 18100/' -e 's/port_value: 8081/port_value: 18111/' examples/envoy.yaml > "$W/envoy.yaml"
+  target/envoy-venv/bin/envoy -c "$W/envoy.yaml" --concurrency 1 --log-level error --base-id 18104 > "$W/envoy.log" 2>&1 &
+fi
+sleep 3
+
+run() {
+  local name=$1 port=$2
+  printf '%-34s ' "$name"
+  wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H 'x-user-id: bench' "http://127.0.0.1:$port/" \
+    | awk '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} END {printf "%10s req/s   p50 %8s   p99 %8s\n", rps, p50, p99}'
+}
+echo "wrk -t1 -c$CONNS -d$DURATION, 2 vCPUs shared by wrk, the proxy and the upstream"
+run "upstream direct (nginx return 200)" 18100
+run "nginx proxy_pass" 18101
+run "sluice gateway, limiting off" 18103
+run "sluice gateway, limiting on" 18102
+if [ -x target/envoy-venv/bin/envoy ]; then run "envoy + ratelimit filter -> sluice" 18104; fi
