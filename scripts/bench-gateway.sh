@@ -49,8 +49,8 @@ gateways:
     domain: edge
     routes: []
 CONF
-RUST_LOG=error ./target/release/sluice serve --config "$W/on.yaml" &
-RUST_LOG=error ./target/release/sluice serve --config "$W/off.yaml" &
+RUST_LOG=error TOKIO_WORKER_THREADS=${SLUICE_THREADS:-2} ./target/release/sluice serve --config "$W/on.yaml" &
+RUST_LOG=error TOKIO_WORKER_THREADS=${SLUICE_THREADS:-2} ./target/release/sluice serve --config "$W/off.yaml" &
 if [ -x target/envoy-venv/bin/envoy ]; then
   sed -e 's/port_value: 10000/port_value: 18104/' -e 's/port_value: 3000/port_value: 18100/' -e 's/port_value: 8081/port_value: 18111/' examples/envoy.yaml > "$W/envoy.yaml"
   target/envoy-venv/bin/envoy -c "$W/envoy.yaml" --concurrency 1 --log-level error --base-id 18104 > "$W/envoy.log" 2>&1 &

@@ -1,5 +1,6 @@
 //! Envoy-style rate-limit actions: build descriptors from a request.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use http::{HeaderMap, Method};
@@ -20,8 +21,9 @@ pub struct RequestParts<'a> {
     pub client: Option<IpAddr>,
 }
 
-/// One descriptor: key/value entries.
-pub type Descriptor = Vec<(String, String)>;
+/// One descriptor: key/value entries, borrowed from the route and the request where possible
+/// (no allocation for header values, constants or the method).
+pub type Descriptor<'a> = Vec<(&'a str, Cow<'a, str>)>;
 
 /// Whether `route` takes the request, and the path template it matched, if any.
 pub fn route_matches(m: &RouteMatch, method: &Method, path: &str) -> bool {
@@ -109,13 +111,13 @@ fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
 /// Builds the descriptors of `route` for a request, with Envoy's rule: when an action cannot
 /// produce its entry (a missing header, no client address), that whole descriptor is skipped,
 /// unless the action says `skip_if_absent`, which skips only its entry.
-pub fn descriptors(route: &Route, req: &RequestParts<'_>) -> Vec<Descriptor> {
+pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descriptor<'a>> {
     let template = route.matcher.path_template.as_deref();
     route
         .rate_limits
         .iter()
         .filter_map(|actions| {
-            let mut entries: Descriptor = Vec::with_capacity(actions.len());
+            let mut entries: Descriptor<'a> = Vec::with_capacity(actions.len());
             for action in actions {
                 match action {
                     Action::RequestHeaders {
@@ -128,28 +130,31 @@ pub fn descriptors(route: &Route, req: &RequestParts<'_>) -> Vec<Descriptor> {
                             .get(header_name.as_str())
                             .and_then(|v| v.to_str().ok())
                         {
-                            Some(v) => entries.push((descriptor_key.clone(), v.to_owned())),
+                            Some(v) => entries.push((descriptor_key.as_str(), Cow::Borrowed(v))),
                             None if *skip_if_absent => {}
                             None => return None,
                         }
                     }
                     Action::RemoteAddress => {
-                        entries.push(("remote_address".into(), req.client?.to_string()))
+                        entries.push(("remote_address", Cow::Owned(req.client?.to_string())))
                     }
                     Action::MaskedRemoteAddress {
                         v4_prefix_len,
                         v6_prefix_len,
                     } => {
                         entries.push((
-                            "masked_remote_address".into(),
-                            mask(req.client?, *v4_prefix_len, *v6_prefix_len),
+                            "masked_remote_address",
+                            Cow::Owned(mask(req.client?, *v4_prefix_len, *v6_prefix_len)),
                         ));
                     }
                     Action::GenericKey {
                         descriptor_key,
                         descriptor_value,
                     } => {
-                        entries.push((descriptor_key.clone(), descriptor_value.clone()));
+                        entries.push((
+                            descriptor_key.as_str(),
+                            Cow::Borrowed(descriptor_value.as_str()),
+                        ));
                     }
                     Action::HeaderValueMatch {
                         descriptor_key,
@@ -161,24 +166,27 @@ pub fn descriptors(route: &Route, req: &RequestParts<'_>) -> Vec<Descriptor> {
                         if all != *expect_match {
                             return None;
                         }
-                        entries.push((descriptor_key.clone(), descriptor_value.clone()));
+                        entries.push((
+                            descriptor_key.as_str(),
+                            Cow::Borrowed(descriptor_value.as_str()),
+                        ));
                     }
                     Action::QueryParameter {
                         name,
                         descriptor_key,
                         skip_if_absent,
                     } => match query_param(req.query, name) {
-                        Some(v) => entries.push((descriptor_key.clone(), v.to_owned())),
+                        Some(v) => entries.push((descriptor_key.as_str(), Cow::Borrowed(v))),
                         None if *skip_if_absent => {}
                         None => return None,
                     },
                     Action::Method { descriptor_key } => {
-                        entries.push((descriptor_key.clone(), req.method.as_str().to_owned()))
+                        entries.push((descriptor_key.as_str(), Cow::Borrowed(req.method.as_str())))
                     }
                     Action::Path { descriptor_key } => {
                         entries.push((
-                            descriptor_key.clone(),
-                            template.unwrap_or(req.path).to_owned(),
+                            descriptor_key.as_str(),
+                            Cow::Borrowed(template.unwrap_or(req.path)),
                         ));
                     }
                     _ => return None,

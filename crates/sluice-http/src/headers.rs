@@ -26,10 +26,12 @@ pub fn add_rate_limit_headers(headers: &mut HeaderMap, verdict: &Verdict<'_>, st
     };
     let remaining = if verdict.allowed { status.remaining } else { 0 };
     let reset = secs_ceil(status.reset_after);
-    let name = status
-        .name
-        .unwrap_or(status.rule_id)
-        .replace(['"', '\\'], "_");
+    let raw = status.name.unwrap_or(status.rule_id);
+    let name: std::borrow::Cow<'_, str> = if raw.contains(['"', '\\']) {
+        raw.replace(['"', '\\'], "_").into()
+    } else {
+        raw.into()
+    };
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
         put(
             headers,
@@ -43,9 +45,18 @@ pub fn add_rate_limit_headers(headers: &mut HeaderMap, verdict: &Verdict<'_>, st
         );
     }
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        put(headers, "x-ratelimit-limit", limit.to_string());
-        put(headers, "x-ratelimit-remaining", remaining.to_string());
-        put(headers, "x-ratelimit-reset", reset.to_string());
+        headers.insert(
+            HeaderName::from_static("x-ratelimit-limit"),
+            HeaderValue::from(limit),
+        );
+        headers.insert(
+            HeaderName::from_static("x-ratelimit-remaining"),
+            HeaderValue::from(remaining),
+        );
+        headers.insert(
+            HeaderName::from_static("x-ratelimit-reset"),
+            HeaderValue::from(reset),
+        );
     }
 }
 
