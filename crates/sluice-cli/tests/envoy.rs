@@ -8,11 +8,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::Serve;
+use common::{Serve, upstream};
 use sluice_testkit::{free_port, wait_until};
 
 fn envoy_binary() -> PathBuf {
@@ -26,43 +25,6 @@ fn envoy_binary() -> PathBuf {
         path.display()
     );
     path
-}
-
-/// An upstream that answers 200 to everything and counts requests.
-fn upstream() -> (u16, Arc<AtomicU64>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let hits = Arc::new(AtomicU64::new(0));
-    let counter = hits.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let counter = counter.clone();
-            std::thread::spawn(move || serve_upstream(stream, &counter));
-        }
-    });
-    (port, hits)
-}
-
-fn serve_upstream(mut stream: TcpStream, hits: &AtomicU64) {
-    let mut buf = [0u8; 8192];
-    let mut pending = Vec::new();
-    loop {
-        let n = match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        pending.extend_from_slice(&buf[..n]);
-        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-            pending.drain(..end + 4);
-            hits.fetch_add(1, Ordering::Relaxed);
-            if stream
-                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                .is_err()
-            {
-                return;
-            }
-        }
-    }
 }
 
 fn get(port: u16, path: &str, user: &str) -> (u16, String) {

@@ -3,27 +3,9 @@
 
 use std::time::Duration;
 
-use sluice_store::{
-    CounterKey, CounterStore, FlushItem, NodeEntry, RedisStore, RedisStoreOptions, StoreError,
-};
+use sluice_store::{CounterKey, CounterStore, RedisStore, RedisStoreOptions, StoreError};
 use sluice_testkit::RedisServer;
-
-fn item(key: &CounterKey, window: u64, delta: u64, node: Option<(&str, u64)>) -> FlushItem {
-    FlushItem {
-        key: key.as_str().into(),
-        window,
-        delta,
-        ttl: Duration::from_secs(120),
-        entry: node.map(|(n, count)| NodeEntry {
-            node: n.into(),
-            count,
-            at_ms: 1_700_000_000_000,
-            rate_milli: 2500,
-        }),
-        want_previous: true,
-        first_write: true,
-    }
-}
+use sluice_testkit::conformance::item;
 
 #[tokio::test]
 async fn window_keys_expire_after_two_windows() {

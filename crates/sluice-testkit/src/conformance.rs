@@ -11,7 +11,9 @@ use sluice_store::{
     decide_in_memory,
 };
 
-fn item(key: &CounterKey, window: u64, delta: u64, node: Option<(&str, u64)>) -> FlushItem {
+/// A flush item for `key` in `window` (TTL 120 s, first write, previous total asked), with an
+/// optional node entry `(node, count)`.
+pub fn item(key: &CounterKey, window: u64, delta: u64, node: Option<(&str, u64)>) -> FlushItem {
     FlushItem {
         key: key.as_str().into(),
         window,

@@ -6,6 +6,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -151,4 +153,49 @@ pub fn http_call(port: u16, method: &str, path: &str, body: &str) -> (u16, Strin
     let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
     (status, body)
+}
+
+/// An upstream that answers 200 to everything (echoing the `X-Forwarded-For` it got) and
+/// counts requests.
+pub fn upstream() -> (u16, Arc<AtomicU64>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicU64::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = [0u8; 16384];
+                let mut pending = Vec::new();
+                loop {
+                    let n = match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    pending.extend_from_slice(&buf[..n]);
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&pending[..end]).to_string();
+                        pending.drain(..end + 4);
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        let xff = head
+                            .lines()
+                            .find(|l| l.to_ascii_lowercase().starts_with("x-forwarded-for:"))
+                            .unwrap_or("")
+                            .to_owned();
+                        let body = format!("ok {xff}");
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (port, hits)
 }
