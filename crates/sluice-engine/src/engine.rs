@@ -119,6 +119,10 @@ pub struct Engine {
     min_span_ns: u64,
     follow_store_clock: bool,
     options: EngineOptions,
+    /// Whether any rule is in exact mode (they need the clock offset without flushing).
+    has_exact: bool,
+    /// When the store's clock was last probed (raw local time).
+    last_probe: AtomicU64,
 }
 
 fn default_node_id(clock: &dyn Clock) -> String {
@@ -293,6 +297,11 @@ impl Engine {
                 },
             );
         }
+        let has_exact = domains.values().any(|t: &DomainTable| {
+            t.rules
+                .iter()
+                .any(|r| matches!(*r.kind, RuleKind::Exact(_)))
+        });
         Self {
             clock,
             store,
@@ -309,6 +318,8 @@ impl Engine {
                 min_span_ns
             },
             follow_store_clock: options.follow_store_clock,
+            has_exact,
+            last_probe: AtomicU64::new(0),
             options,
         }
     }
@@ -662,10 +673,28 @@ impl Engine {
         }
         if items.is_empty() {
             // Nothing to send: still find out whether the store answers (readiness, and the
-            // fallback decision), with its cheapest call.
-            if !self.store_reached() && self.min_span_ns > 0 {
+            // fallback decision), and keep the clock offset fresh for exact rules (they pass
+            // their corrected time to the store's scripts), with the cheapest call, at most
+            // once a second.
+            let raw_now = self.clock.now();
+            let probe_due =
+                raw_now.saturating_sub(self.last_probe.load(Ordering::Relaxed)) >= 1_000_000_000;
+            if probe_due
+                && ((!self.store_reached() && self.min_span_ns > 0)
+                    || (self.has_exact && self.follow_store_clock))
+            {
+                self.last_probe.store(raw_now, Ordering::Relaxed);
+                let sent = self.clock.now();
                 match self.store.time().await {
-                    Ok(_) => {
+                    Ok(store_time) => {
+                        if self.follow_store_clock {
+                            let received = self.clock.now();
+                            let offset = store_time as i128 - (sent / 2 + received / 2) as i128;
+                            self.offset_ns.store(
+                                offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
+                                Ordering::Relaxed,
+                            );
+                        }
                         self.store_ok.store(true, Ordering::Relaxed);
                         self.store_reached.store(true, Ordering::Relaxed);
                     }

@@ -135,6 +135,8 @@ impl MemoryStore {
                     slot.1 = expires;
                     slot.0.insert(entry.node.clone(), entry.clone());
                     entries = slot.0.values().cloned().collect();
+                    // A stable order keeps the simulator deterministic.
+                    entries.sort_by(|a: &NodeEntry, b: &NodeEntry| a.node.cmp(&b.node));
                 }
                 Ok(FlushOutcome {
                     total,
