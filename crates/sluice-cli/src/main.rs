@@ -97,11 +97,15 @@ fn simulate(file: &std::path::Path, out: &std::path::Path) -> anyhow::Result<Exi
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let scenario = sluice_sim::Scenario::parse(&file.display().to_string(), &text)?;
     let report = sluice_sim::run(&scenario);
-    print!("{}", report.table());
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.table().as_bytes());
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let path = out.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
-    println!("wrote {}", path.display());
+    let _ = std::io::Write::write_all(
+        &mut std::io::stdout(),
+        format!("wrote {}\n", path.display()).as_bytes(),
+    );
     Ok(ExitCode::SUCCESS)
 }
