@@ -33,7 +33,7 @@ mod rules;
 mod service;
 
 pub use error::ConfigError;
-pub use load::{DomainSource, load, load_domain_file, parse_domain};
+pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleSet, RuleSettings,

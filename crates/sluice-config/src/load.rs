@@ -95,10 +95,17 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             gateways: Vec::new(),
         });
     }
+    parse_service(file, &text)
+}
+
+/// Parses a `sluice.yaml` from text; `file` names it in errors and anchors relative `rules:`
+/// paths (which are read from disk). Without `rules:` nothing is read, which lets a program
+/// or a test build gateway routes from YAML text alone.
+pub fn parse_service(file: &Path, text: &str) -> Result<ServiceConfig, ConfigError> {
     let raw: RawServiceFile = if text.trim().is_empty() {
         RawServiceFile::default()
     } else {
-        parse(file, &text)?
+        parse(file, text)?
     };
     ServiceConfig::from_raw(raw, file)
 }

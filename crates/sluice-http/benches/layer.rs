@@ -38,15 +38,11 @@ fn main() {
         return;
     }
     let rules_yaml = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: second, requests_per_unit: 1000000000 }\n";
-    let dir = std::env::temp_dir().join("sluice-layer-bench");
-    std::fs::create_dir_all(dir.join("rules")).unwrap();
-    std::fs::write(dir.join("rules/edge.yaml"), rules_yaml).unwrap();
-    std::fs::write(
-        dir.join("sluice.yaml"),
-        "rules: [rules/]\ngateways:\n  - listen: 127.0.0.1:1\n    upstream: http://127.0.0.1:2\n    domain: edge\n    routes:\n      - match: { path_prefix: / }\n        rate_limits: [{ actions: [{ request_headers: { header_name: x-user-id, descriptor_key: user } }] }]\n",
+    let config = sluice_config::parse_service(
+        Path::new("bench.yaml"),
+        "gateways:\n  - listen: 127.0.0.1:1\n    upstream: http://127.0.0.1:2\n    domain: edge\n    routes:\n      - match: { path_prefix: / }\n        rate_limits: [{ actions: [{ request_headers: { header_name: x-user-id, descriptor_key: user } }] }]\n",
     )
     .unwrap();
-    let config = sluice_config::load(&dir.join("sluice.yaml")).unwrap();
     let rules = sluice_config::RuleSet::new(vec![
         sluice_config::parse_domain(Path::new("e.yaml"), rules_yaml).unwrap(),
     ])

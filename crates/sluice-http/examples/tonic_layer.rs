@@ -15,15 +15,12 @@ use sluice_http::{LimitPolicy, RateLimitLayer};
 use sluice_store::MemoryStore;
 
 const RULES: &str = "domain: grpc\ndescriptors:\n  - key: client\n    rate_limit: { unit: second, requests_per_unit: 100 }\n";
-const ROUTES: &str = "rules: [rules.yaml]\ngateways:\n  - listen: 127.0.0.1:1\n    upstream: http://127.0.0.1:2\n    domain: grpc\n    routes:\n      - match: { path_prefix: / }\n        rate_limits:\n          - actions:\n              - request_headers: { header_name: x-client-id, descriptor_key: client }\n";
+const ROUTES: &str = "gateways:\n  - listen: 127.0.0.1:1\n    upstream: http://127.0.0.1:2\n    domain: grpc\n    routes:\n      - match: { path_prefix: / }\n        rate_limits:\n          - actions:\n              - request_headers: { header_name: x-client-id, descriptor_key: client }\n";
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::temp_dir().join("sluice-tonic-example");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(dir.join("rules.yaml"), RULES)?;
-    std::fs::write(dir.join("sluice.yaml"), ROUTES)?;
-    let config = sluice_config::load(&dir.join("sluice.yaml"))?;
+    // Routes and actions use the same types as `sluice.yaml`'s `gateways:` section.
+    let config = sluice_config::parse_service(Path::new("routes.yaml"), ROUTES)?;
     let rules = sluice_config::RuleSet::new(vec![sluice_config::parse_domain(
         Path::new("rules.yaml"),
         RULES,

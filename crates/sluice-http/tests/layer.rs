@@ -45,22 +45,16 @@ descriptors:
     rate_limit: { unit: minute, requests_per_unit: 1 }
 "#;
 
-/// Builds the gateway section around `routes_yaml` and returns its routes.
+/// The routes of a gateway section built around `routes_yaml`.
 fn routes(routes_yaml: &str) -> Vec<Route> {
-    let dir = std::env::temp_dir().join(format!(
-        "sluice-http-test-{}-{}",
-        std::process::id(),
-        routes_yaml.len()
-    ));
-    std::fs::create_dir_all(dir.join("rules")).unwrap();
-    std::fs::write(dir.join("rules/edge.yaml"), RULES).unwrap();
-    std::fs::write(
-        dir.join("sluice.yaml"),
-        format!("rules: [rules/]\ngateways:\n  - listen: 127.0.0.1:1\n    upstream: http://127.0.0.1:2\n    domain: edge\n    routes:\n{routes_yaml}"),
-    )
-    .unwrap();
-    let config = sluice_config::load(&dir.join("sluice.yaml")).unwrap();
-    config.gateways[0].routes.clone()
+    let yaml = format!(
+        "gateways:\n  - listen: 127.0.0.1:1\n    upstream: http://127.0.0.1:2\n    domain: edge\n    routes:\n{routes_yaml}"
+    );
+    sluice_config::parse_service(Path::new("test.yaml"), &yaml)
+        .unwrap()
+        .gateways[0]
+        .routes
+        .clone()
 }
 
 struct Harness {
