@@ -11,7 +11,7 @@ use sluice_engine::FlushReport;
 use sluice_store::{
     CounterKey, CounterStore, FlushItem, RedisStore, RedisStoreOptions, RedisTarget,
 };
-use sluice_testkit::{RedisCluster, RedisSentinel};
+use sluice_testkit::{RedisCluster, RedisSentinel, conformance};
 
 fn options() -> RedisStoreOptions {
     RedisStoreOptions {
@@ -25,15 +25,7 @@ fn options() -> RedisStoreOptions {
 async fn totals(store: &dyn CounterStore, users: &[String], window: u64) -> u64 {
     let items: Vec<FlushItem> = users
         .iter()
-        .map(|u| FlushItem {
-            key: CounterKey::new("d/user", &[u.as_str()]).as_str().into(),
-            window,
-            delta: 0,
-            ttl: Duration::from_secs(120),
-            entry: None,
-            want_previous: false,
-            first_write: false,
-        })
+        .map(|u| conformance::item(&CounterKey::new("d/user", &[u.as_str()]), window, 0, None))
         .collect();
     let reply = store.flush(&items).await.expect("read totals");
     reply
