@@ -93,19 +93,44 @@ fn main() -> ExitCode {
 
 fn simulate(file: &std::path::Path, out: &std::path::Path) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let scenario = sluice_sim::Scenario::parse(&file.display().to_string(), &text)?;
-    let report = sluice_sim::run(&scenario);
+    let scenario = sluice_sim::Scenario::load(file)?;
+    // A progress bar once a run has taken a second (on a terminal only).
+    let clock = sluice_core::SystemClock::default();
+    let started = sluice_core::Clock::now(&clock);
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    let report = sluice_sim::run_with_progress(&scenario, &mut |done, total| {
+        if bar.is_none() && sluice_core::Clock::now(&clock).saturating_sub(started) >= 1_000_000_000
+        {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{elapsed_precise} [{wide_bar}] {percent}% of {human_len} requests, {eta} left",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar = Some(b);
+        }
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     // A closed pipe (`| head`) is not an error worth a panic.
-    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.table().as_bytes());
+    let mut stdout = std::io::stdout();
+    let _ = std::io::Write::write_all(&mut stdout, report.table().as_bytes());
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let path = out.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
-    let _ = std::io::Write::write_all(
-        &mut std::io::stdout(),
-        format!("wrote {}\n", path.display()).as_bytes(),
-    );
+    let mut written = vec![path];
+    written.extend(sluice_sim::write_plots(&report, out)?);
+    for path in written {
+        let _ = std::io::Write::write_all(
+            &mut stdout,
+            format!("wrote {}\n", path.display()).as_bytes(),
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

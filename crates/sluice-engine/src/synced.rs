@@ -117,6 +117,10 @@ impl KeyState {
             (0, 0)
         };
         let window_start = w * p.window_ns;
+        // Instances already stale (gone for two spans) stay gone: re-dating their entries to
+        // the new window would bring them back to life for two spans.
+        self.others
+            .retain(|o| now.saturating_sub(o.at) <= 2 * p.span_ns);
         for other in &mut self.others {
             // Carry each instance's demand rate into the new window (DESIGN.md: "at the start
             // of a window ... the others' demand rates from the previous window are used").

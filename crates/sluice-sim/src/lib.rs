@@ -17,8 +17,11 @@
 //! assert_eq!(report.policies[1].over_max_pct, 0.0); // exact never over-admits
 //! ```
 
+mod plot;
 mod run;
 mod scenario;
+mod traffic;
 
-pub use run::{POLICIES, PolicyReport, Report, run};
-pub use scenario::{NodeSpec, RuleSpec, Scenario, ScenarioError, StoreSpec, Traffic};
+pub use plot::write_plots;
+pub use run::{EstimateSample, POLICIES, PolicyReport, Report, run, run_with_progress};
+pub use scenario::{Latency, NodeSpec, RuleSpec, Scenario, ScenarioError, StoreSpec, Traffic};

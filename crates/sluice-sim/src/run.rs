@@ -1,19 +1,28 @@
 //! Drives the real engine: one `Engine` per simulated node, each with its own manual clock, all
-//! sharing one `MemoryStore`; every engine call completes without waiting (no I/O), so the run
-//! needs no async runtime and is deterministic.
+//! sharing one `MemoryStore` whose latency and outages follow the scenario. Nothing waits on a
+//! runtime: the simulator polls the engines' futures itself and moves the clocks, so a run is
+//! deterministic.
+//!
+//! Time moves from event to event: requests, and each node's flush timer, which fires on the
+//! node's own (skewed) span boundaries like `Engine::run_flusher` does in `sluice serve`. A
+//! flush that the store has not answered yet (latency) stays in flight while the node keeps
+//! deciding requests, and is polled every 5 ms of simulated time until it completes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use serde::Serialize;
 use sluice_core::{Clock, ManualClock};
-use sluice_engine::{Engine, EngineOptions};
+use sluice_engine::{Engine, EngineOptions, FlushReport};
 use sluice_store::MemoryStore;
 
-use crate::scenario::{Scenario, Traffic};
+use crate::scenario::Scenario;
+use crate::traffic::{Arrival, Generated, Rng, generate};
 
 /// All policies, in report order.
 pub const POLICIES: [&str; 5] = [
@@ -24,104 +33,34 @@ pub const POLICIES: [&str; 5] = [
     "local",
 ];
 
+const NS: u64 = 1_000_000_000;
+/// How often an in-flight flush is polled, simulated nanoseconds.
+const POLL_NS: u64 = 5_000_000;
+
+fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(Waker::noop()))
+}
+
 fn ready<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match poll_once(std::pin::pin!(f)) {
         Poll::Ready(v) => v,
-        Poll::Pending => unreachable!("simulated stores never wait"),
+        Poll::Pending => unreachable!("the simulator adds latency to flushes only"),
     }
 }
 
-/// xorshift64*: small, fast, and the same everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Time to the next Poisson arrival at `rate` per second, in nanoseconds.
-    fn exp_ns(&mut self, rate: f64) -> u64 {
-        (-(1.0 - self.unit()).ln() / rate * 1e9) as u64
-    }
-}
-
-/// One request: time since the start (ns), node, key index.
-type Arrival = (u64, u32, u32);
-
-fn arrivals(s: &Scenario, keys: &mut Vec<String>) -> Vec<Arrival> {
-    let duration = s.duration_s * 1_000_000_000;
-    let mut out = Vec::new();
-    let mut key_index: HashMap<String, u32> = HashMap::new();
-    let mut intern = |k: String, keys: &mut Vec<String>| {
-        *key_index.entry(k.clone()).or_insert_with(|| {
-            keys.push(k);
-            (keys.len() - 1) as u32
-        })
-    };
-    for (g, traffic) in s.traffic.iter().enumerate() {
-        let mut rng = Rng(s.seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(g as u64 + 1)) | 1);
-        match traffic {
-            Traffic::Steady {
-                rate,
-                keys: n,
-                weights,
-            } if *rate > 0.0 => {
-                let total: f64 = weights.iter().sum();
-                let ids: Vec<u32> = (0..*n).map(|k| intern(format!("key-{k}"), keys)).collect();
-                let mut t = 0;
-                loop {
-                    t += rng.exp_ns(*rate);
-                    if t >= duration {
-                        break;
-                    }
-                    let node = if weights.is_empty() {
-                        (rng.next() % s.nodes.count as u64) as u32
-                    } else {
-                        let mut x = rng.unit() * total;
-                        let mut pick = weights.len() - 1;
-                        for (i, w) in weights.iter().enumerate() {
-                            if x < *w {
-                                pick = i;
-                                break;
-                            }
-                            x -= w;
-                        }
-                        pick as u32
-                    };
-                    out.push((t, node, ids[(rng.next() % n.max(&1)) as usize]));
-                }
-            }
-            Traffic::Attacker {
-                rate,
-                node,
-                key,
-                start_s,
-                end_s,
-            } if *rate > 0.0 => {
-                let id = intern(key.clone(), keys);
-                let mut t = start_s * 1_000_000_000;
-                let end = (end_s * 1_000_000_000).min(duration);
-                loop {
-                    t += rng.exp_ns(*rate);
-                    if t >= end {
-                        break;
-                    }
-                    out.push((t, *node as u32, id));
-                }
-            }
-            _ => {}
-        }
-    }
-    out.sort_unstable();
-    out
+/// What one node knew about the busiest key at one moment.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct EstimateSample {
+    /// Seconds since the start.
+    pub t_s: f64,
+    /// The predictive estimate of the global count in the window.
+    pub estimate: f64,
+    /// The global count read at the last flush.
+    pub global: u64,
+    /// The seed's node estimate.
+    pub node_estimate: u64,
+    /// Instances with a live entry for the key.
+    pub live_instances: usize,
 }
 
 /// One policy's results.
@@ -135,24 +74,34 @@ pub struct PolicyReport {
     pub admitted: u64,
     /// Key-windows that saw traffic.
     pub windows: u64,
-    /// Over-admission per key-window in % of the limit: max, mean, p99.
+    /// Over-admission per key-window in % of the limit: the largest.
     pub over_max_pct: f64,
     /// Mean over-admission, % of the limit.
     pub over_mean_pct: f64,
     /// 99th percentile over-admission, % of the limit.
     pub over_p99_pct: f64,
-    /// Requests denied while the true count in their window was below the limit.
+    /// Requests denied while the true global count in the window the policy enforces (the
+    /// fixed window; the sliding estimate for `predictive_sliding`) left room for them.
     pub false_denials: u64,
     /// False denials in % of requests.
     pub false_denial_pct: f64,
-    /// Store round trips (flushes and exact decisions).
+    /// Seconds from the first admission that put an attacker's key over the limit to its
+    /// first denial (0 when it never went over first): how long the attack ran past the limit (the slowest attack; absent without
+    /// attackers or when an attacker was never denied).
+    pub attack_reaction_s: Option<f64>,
+    /// Store round trips (flushes, time probes and exact decisions).
     pub store_ops: u64,
     /// Store round trips per simulated second.
     pub store_ops_per_s: f64,
     /// Store round trips per request.
     pub store_ops_per_request: f64,
-    /// Admitted per window for the busiest key (for plots).
+    /// Admitted per window for the busiest key.
     pub busiest_key_admitted: Vec<u64>,
+    /// The largest over-admission of any key per window, % of the limit.
+    pub over_by_window_pct: Vec<f64>,
+    /// What the observer node knew about the busiest key, sampled at its flush timer (synced
+    /// policies).
+    pub estimates: Vec<EstimateSample>,
 }
 
 /// All policies' results.
@@ -162,35 +111,52 @@ pub struct Report {
     pub limit: u64,
     /// Window, seconds.
     pub window_s: u64,
+    /// Spans per window.
+    pub spans: u32,
     /// Nodes.
     pub nodes: usize,
+    /// Simulated seconds.
+    pub duration_s: u64,
+    /// The key with the most requests.
+    pub busiest_key: String,
+    /// The node that received most of them: the estimates are what it knew.
+    pub observer_node: usize,
     /// Per policy.
     pub policies: Vec<PolicyReport>,
 }
 
 fn rules_for(policy: &str, s: &Scenario) -> sluice_config::RuleSet {
     let r = &s.rule;
+    let cooldown = if r.cooldown_s > 0.0 {
+        format!(", cooldown: {}ms", (r.cooldown_s * 1000.0).round() as u64)
+    } else {
+        String::new()
+    };
+    let expected = s.nodes.expected.unwrap_or(s.nodes.count as u64);
     let (limit, extra) = match policy {
         "reactive" => (
             r.limit,
-            format!("mode: synced, policy: reactive, spans: {}", r.spans),
+            format!(
+                "mode: synced, policy: reactive, spans: {}{cooldown}",
+                r.spans
+            ),
         ),
         "predictive" => (
             r.limit,
-            format!("mode: synced, policy: predictive, spans: {}", r.spans),
+            format!(
+                "mode: synced, policy: predictive, spans: {}{cooldown}",
+                r.spans
+            ),
         ),
         "predictive_sliding" => (
             r.limit,
             format!(
-                "mode: synced, policy: predictive, algorithm: sliding_window, spans: {}",
+                "mode: synced, policy: predictive, algorithm: sliding_window, spans: {}{cooldown}",
                 r.spans
             ),
         ),
         "exact" => (r.limit, "mode: exact, on_store_error: deny".to_owned()),
-        _ => (
-            (r.limit / s.nodes.count as u64).max(1),
-            "mode: local".to_owned(),
-        ),
+        _ => ((r.limit / expected).max(1), "mode: local".to_owned()),
     };
     let yaml = format!(
         "domain: sim\ndescriptors:\n  - key: key\n    rate_limit: {{ window: {}s, requests_per_unit: {limit}, {extra} }}\n",
@@ -208,74 +174,298 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-fn simulate(policy: &str, s: &Scenario, arrivals: &[Arrival], keys: &[String]) -> PolicyReport {
-    let window_ns = s.rule.window_s * 1_000_000_000;
+type Flight<'e> = Pin<Box<dyn Future<Output = FlushReport> + 'e>>;
+
+/// A simulated node's timer state.
+struct NodeTimer<'e> {
+    /// Next time its timer fires, ns since the start (true time).
+    next: u64,
+    inflight: Option<Flight<'e>>,
+    final_sent: bool,
+    gone: bool,
+}
+
+/// The true count of one key in its current window.
+#[derive(Clone, Copy, Default)]
+struct KeyCount {
+    window: u64,
+    current: u64,
+    previous: u64,
+    seen: bool,
+}
+
+struct Tally<'a> {
+    limit: u64,
+    busiest: u32,
+    over: Vec<f64>,
+    over_by_window: BTreeMap<u64, f64>,
+    busiest_series: BTreeMap<u64, u64>,
+    counts: Vec<KeyCount>,
+    first_window: u64,
+    attacks: &'a [(u32, u64)],
+    /// Per attack: when an admission first put the attacker's key over the limit, and how long
+    /// until its first denial after that (0 when it was denied before going over).
+    full_at: Vec<Option<u64>>,
+    reactions: Vec<Option<u64>>,
+}
+
+impl Tally<'_> {
+    fn close(&mut self, key: u32, c: KeyCount) {
+        if !c.seen {
+            return;
+        }
+        let pct = c.current.saturating_sub(self.limit) as f64 * 100.0 / self.limit as f64;
+        self.over.push(pct);
+        let rel = c.window - self.first_window;
+        let slot = self.over_by_window.entry(rel).or_default();
+        *slot = slot.max(pct);
+        if key == self.busiest {
+            self.busiest_series.insert(rel, c.current);
+        }
+    }
+
+    /// The key's count moved to `window`.
+    fn at(&mut self, key: u32, window: u64) -> &mut KeyCount {
+        let c = self.counts[key as usize];
+        if !c.seen || c.window != window {
+            self.close(key, c);
+            let previous = if c.seen && c.window + 1 == window {
+                c.current
+            } else {
+                0
+            };
+            self.counts[key as usize] = KeyCount {
+                window,
+                current: 0,
+                previous,
+                seen: true,
+            };
+        }
+        &mut self.counts[key as usize]
+    }
+}
+
+fn simulate(
+    policy: &str,
+    s: &Scenario,
+    traffic: &Generated,
+    progress: &mut dyn FnMut(u64),
+) -> PolicyReport {
+    let window_ns = s.rule.window_s * NS;
+    let span_ns = window_ns / u64::from(s.rule.spans);
+    let tick_ns = span_ns.clamp(1, NS);
     let t0 = 1_800_000_000_000_000_000u64.div_ceil(window_ns) * window_ns;
+    let duration = s.duration_s * NS;
     let rules = rules_for(policy, s);
     let store_clock = ManualClock::new(t0);
     let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
-    let nodes: Vec<(ManualClock, i64, Engine)> = (0..s.nodes.count)
+    let mut latency_rng = Rng::seeded(s.seed, 0xfeed);
+    let mut sample_latency = || -> Duration {
+        let Some(l) = s.store.latency_ms else {
+            return Duration::ZERO;
+        };
+        let ms = match l.p99 {
+            Some(p99) if p99 > l.median && l.median > 0.0 => {
+                let sigma = (p99 / l.median).ln() / 2.326;
+                (l.median.ln() + sigma * latency_rng.normal()).exp()
+            }
+            _ => l.median,
+        };
+        Duration::from_secs_f64((ms / 1000.0).min(600.0))
+    };
+    let skew_of = |i: usize| s.nodes.skew_ms.get(i).copied().unwrap_or(0) * 1_000_000;
+    let skews: Vec<i64> = (0..s.nodes.count).map(skew_of).collect();
+    let clocks: Vec<ManualClock> = skews
+        .iter()
+        .map(|&skew| ManualClock::new(t0.saturating_add_signed(skew)))
+        .collect();
+    let engines: Vec<Engine> = (0..s.nodes.count)
         .map(|i| {
-            let skew = s.nodes.skew_ms.get(i).copied().unwrap_or(0) * 1_000_000;
-            let clock = ManualClock::new(t0.saturating_add_signed(skew));
-            let engine = Engine::new(
+            Engine::new(
                 &rules,
                 &Default::default(),
                 store.clone(),
-                Arc::new(clock.clone()) as Arc<dyn Clock>,
+                Arc::new(clocks[i].clone()) as Arc<dyn Clock>,
                 EngineOptions {
                     node_id: Some(format!("node-{i}")),
-                    expected_instances: s.nodes.count as u64,
+                    expected_instances: s.nodes.expected.unwrap_or(s.nodes.count as u64),
                     ..EngineOptions::default()
                 },
-            );
-            (clock, skew, engine)
+            )
         })
         .collect();
-    let mut admitted_in: HashMap<(u32, u64), u64> = HashMap::new();
-    let (mut admitted, mut false_denials) = (0u64, 0u64);
-    for &(t, node, key) in arrivals {
-        let now = t0 + t;
-        store_clock.set(now);
-        let secs = t / 1_000_000_000;
+    let mut timers: Vec<NodeTimer<'_>> = (0..s.nodes.count)
+        .map(|i| NodeTimer {
+            next: s.nodes.join_s.get(i).copied().unwrap_or(0) * NS,
+            inflight: None,
+            final_sent: false,
+            gone: false,
+        })
+        .collect();
+    let set_store = |x: u64| {
+        store_clock.set(t0 + x);
+        let secs = x / NS;
         store.set_available(!s.store.outages.iter().any(|&(a, b)| (a..b).contains(&secs)));
-        for (clock, skew, engine) in &nodes {
-            clock.set(now.saturating_add_signed(*skew));
-            ready(engine.flush_due());
+    };
+    let (busiest, observer) = busiest_and_observer(traffic, s.nodes.count);
+    let busiest_request = [[(
+        "key",
+        traffic
+            .keys
+            .get(busiest as usize)
+            .map_or("", String::as_str),
+    )]];
+    let mut estimates = Vec::new();
+    let sliding = policy == "predictive_sliding";
+    let mut tally = Tally {
+        limit: s.rule.limit,
+        busiest,
+        over: Vec::new(),
+        over_by_window: BTreeMap::new(),
+        busiest_series: BTreeMap::new(),
+        counts: vec![KeyCount::default(); traffic.keys.len()],
+        first_window: t0 / window_ns,
+        attacks: &traffic.attacks,
+        full_at: vec![None; traffic.attacks.len()],
+        reactions: vec![None; traffic.attacks.len()],
+    };
+
+    // Fires every node timer due up to `until`, in time order.
+    let mut advance = |until: u64| {
+        loop {
+            let Some((i, x)) = timers
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| !n.gone)
+                .map(|(i, n)| (i, n.next))
+                .min_by_key(|&(i, x)| (x, i))
+            else {
+                return;
+            };
+            if x > until {
+                return;
+            }
+            set_store(x);
+            clocks[i].set((t0 + x).saturating_add_signed(skews[i]));
+            let node = &mut timers[i];
+            let leaving = s
+                .nodes
+                .leave_s
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|l| x >= l * NS);
+            if let Some(f) = node.inflight.as_mut()
+                && poll_once(f.as_mut()).is_ready()
+            {
+                node.inflight = None;
+            }
+            let boundary = node.inflight.is_none();
+            if node.inflight.is_none() {
+                let fut: Flight<'_> = if leaving {
+                    if node.final_sent {
+                        node.gone = true;
+                        continue;
+                    }
+                    node.final_sent = true;
+                    Box::pin(engines[i].flush())
+                } else {
+                    Box::pin(engines[i].flush_due())
+                };
+                store.set_clock_latency(sample_latency());
+                let mut fut = fut;
+                if poll_once(fut.as_mut()).is_pending() {
+                    node.inflight = Some(fut);
+                }
+                store.set_clock_latency(Duration::ZERO);
+            }
+            if boundary
+                && i == observer
+                && !leaving
+                && let Some(info) = engines[i].key_info("sim", &busiest_request[0]).first()
+            {
+                estimates.push(EstimateSample {
+                    t_s: x as f64 / 1e9,
+                    estimate: (info.estimate * 100.0).round() / 100.0,
+                    global: info.global,
+                    node_estimate: info.node_estimate,
+                    live_instances: info.live_instances,
+                });
+            }
+            let node = &mut timers[i];
+            node.next = if node.inflight.is_some() || (leaving && !node.gone) {
+                x + POLL_NS
+            } else {
+                // The node's next tick on its own clock, in true time.
+                let local = (t0 + x).saturating_add_signed(skews[i]);
+                let next_local = (local / tick_ns + 1) * tick_ns;
+                next_local
+                    .saturating_add_signed(-skews[i])
+                    .saturating_sub(t0)
+                    .max(x + 1)
+            };
         }
+    };
+
+    let (mut admitted, mut false_denials) = (0u64, 0u64);
+    for (n, &Arrival { t, node, key, cost }) in traffic.arrivals.iter().enumerate() {
+        if n % 4096 == 4095 {
+            progress(4096);
+        }
+        advance(t);
+        set_store(t);
+        clocks[node as usize].set((t0 + t).saturating_add_signed(skews[node as usize]));
+        let now = t0 + t;
         let window = now / window_ns;
-        let count = admitted_in.entry((key, window)).or_default();
-        let request = [[("key", keys[key as usize].as_str())]];
-        let verdict =
-            ready(nodes[node as usize].2.check("sim", &request, 1)).expect("the sim domain exists");
+        let request = [[("key", traffic.keys[key as usize].as_str())]];
+        let verdict = ready(engines[node as usize].check("sim", &request, u64::from(cost)))
+            .expect("the sim domain exists");
+        let count = tally.at(key, window);
         if verdict.allowed {
-            *count += 1;
+            count.current += u64::from(cost);
             admitted += 1;
-        } else if *count < s.rule.limit {
-            false_denials += 1;
+            if count.current > s.rule.limit {
+                for (a, &(attacker, start)) in tally.attacks.iter().enumerate() {
+                    if attacker == key && t >= start && tally.full_at[a].is_none() {
+                        tally.full_at[a] = Some(t);
+                    }
+                }
+            }
+        } else {
+            let in_window = if sliding {
+                let elapsed = (now % window_ns) as f64 / window_ns as f64;
+                count.previous as f64 * (1.0 - elapsed) + count.current as f64
+            } else {
+                count.current as f64
+            };
+            if in_window + f64::from(cost) <= s.rule.limit as f64 {
+                false_denials += 1;
+            }
+            for (a, &(attacker, start)) in tally.attacks.iter().enumerate() {
+                if attacker == key && t >= start && tally.reactions[a].is_none() {
+                    tally.reactions[a] = Some(tally.full_at[a].map_or(0, |f| t - f));
+                }
+            }
         }
     }
-    let mut over: Vec<f64> = admitted_in
-        .values()
-        .map(|&a| a.saturating_sub(s.rule.limit) as f64 * 100.0 / s.rule.limit as f64)
-        .collect();
+    progress(traffic.arrivals.len() as u64 % 4096);
+    advance(duration);
+    for key in 0..tally.counts.len() {
+        let c = tally.counts[key];
+        tally.close(key as u32, c);
+    }
+    let mut over = std::mem::take(&mut tally.over);
     over.sort_by(f64::total_cmp);
-    let busiest = admitted_in
-        .iter()
-        .fold(HashMap::<u32, u64>::new(), |mut m, (&(k, _), &a)| {
-            *m.entry(k).or_default() += a;
-            m
-        })
-        .into_iter()
-        .max_by_key(|&(k, a)| (a, std::cmp::Reverse(k)))
-        .map(|(k, _)| k);
-    let by_window: BTreeMap<u64, u64> = admitted_in
-        .iter()
-        .filter(|((k, _), _)| Some(*k) == busiest)
-        .map(|(&(_, w), &a)| (w, a))
-        .collect();
-    let requests = arrivals.len() as u64;
+    let requests = traffic.arrivals.len() as u64;
     let ops = store.operations();
+    let per_request = |x: u64| {
+        if requests == 0 {
+            0.0
+        } else {
+            x as f64 / requests as f64
+        }
+    };
+    let windows = (duration.div_ceil(window_ns)) as usize;
     PolicyReport {
         policy: policy.to_owned(),
         requests,
@@ -289,37 +479,85 @@ fn simulate(policy: &str, s: &Scenario, arrivals: &[Arrival], keys: &[String]) -
         },
         over_p99_pct: percentile(&over, 0.99),
         false_denials,
-        false_denial_pct: if requests == 0 {
-            0.0
+        false_denial_pct: per_request(false_denials) * 100.0,
+        attack_reaction_s: if tally.reactions.iter().any(Option::is_none) {
+            None
         } else {
-            false_denials as f64 * 100.0 / requests as f64
+            tally
+                .reactions
+                .iter()
+                .flatten()
+                .max()
+                .map(|&ns| ns as f64 / 1e9)
         },
         store_ops: ops,
         store_ops_per_s: ops as f64 / s.duration_s as f64,
-        store_ops_per_request: if requests == 0 {
-            0.0
-        } else {
-            ops as f64 / requests as f64
-        },
-        busiest_key_admitted: by_window.into_values().collect(),
+        store_ops_per_request: per_request(ops),
+        busiest_key_admitted: (0..windows as u64)
+            .map(|w| tally.busiest_series.get(&w).copied().unwrap_or(0))
+            .collect(),
+        over_by_window_pct: (0..windows as u64)
+            .map(|w| tally.over_by_window.get(&w).copied().unwrap_or(0.0))
+            .collect(),
+        estimates,
     }
+}
+
+/// The key with the most requests, and the node that sees most of them.
+fn busiest_and_observer(traffic: &Generated, nodes: usize) -> (u32, usize) {
+    let mut per_key = vec![0u64; traffic.keys.len()];
+    for a in &traffic.arrivals {
+        per_key[a.key as usize] += 1;
+    }
+    let busiest = (0..per_key.len())
+        .max_by_key(|&k| (per_key[k], std::cmp::Reverse(k)))
+        .unwrap_or(0) as u32;
+    let mut per_node = vec![0u64; nodes];
+    for a in traffic.arrivals.iter().filter(|a| a.key == busiest) {
+        per_node[a.node as usize] += 1;
+    }
+    let observer = (0..nodes)
+        .max_by_key(|&n| (per_node[n], std::cmp::Reverse(n)))
+        .unwrap_or(0);
+    (busiest, observer)
 }
 
 /// Runs every policy of the scenario on the same traffic.
 pub fn run(s: &Scenario) -> Report {
-    let mut keys = Vec::new();
-    let arrivals = arrivals(s, &mut keys);
+    run_with_progress(s, &mut |_, _| {})
+}
+
+/// [`run`], calling `progress(done, total)` as requests are simulated (`total` counts every
+/// policy's pass over the traffic).
+pub fn run_with_progress(s: &Scenario, progress: &mut dyn FnMut(u64, u64)) -> Report {
+    let traffic = generate(s);
+    let (busiest, observer) = busiest_and_observer(&traffic, s.nodes.count);
     let policies: Vec<String> = s
         .policies
         .clone()
         .unwrap_or_else(|| POLICIES.iter().map(|p| (*p).to_owned()).collect());
+    let total = traffic.arrivals.len() as u64 * policies.len() as u64;
+    let mut done = 0;
     Report {
         limit: s.rule.limit,
         window_s: s.rule.window_s,
+        spans: s.rule.spans,
         nodes: s.nodes.count,
+        duration_s: s.duration_s,
+        busiest_key: traffic
+            .keys
+            .get(busiest as usize)
+            .cloned()
+            .unwrap_or_default(),
+        observer_node: observer,
         policies: policies
             .iter()
-            .map(|p| simulate(p, s, &arrivals, &keys))
+            .map(|p| {
+                simulate(p, s, &traffic, &mut |n| {
+                    done += n;
+                    progress(done, total);
+                })
+            })
             .collect(),
     }
 }
@@ -328,10 +566,12 @@ impl Report {
     /// The report as a table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "limit {} per {} s, {} nodes\n{:<20} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}\n",
+            "limit {} per {} s, {} spans, {} nodes, {} s simulated\n{:<20} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}\n",
             self.limit,
             self.window_s,
+            self.spans,
             self.nodes,
+            self.duration_s,
             "policy",
             "requests",
             "admitted",
@@ -339,12 +579,16 @@ impl Report {
             "mean",
             "p99",
             "false den",
+            "react s",
             "ops/s",
             "ops/req"
         );
         for p in &self.policies {
+            let react = p
+                .attack_reaction_s
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}"));
             out.push_str(&format!(
-                "{:<20} {:>9} {:>9} {:>7.1}% {:>7.2}% {:>7.1}% {:>8.3}% {:>10.2} {:>10.4}\n",
+                "{:<20} {:>9} {:>9} {:>7.1}% {:>7.2}% {:>7.1}% {:>8.3}% {:>8} {:>9.2} {:>9.4}\n",
                 p.policy,
                 p.requests,
                 p.admitted,
@@ -352,6 +596,7 @@ impl Report {
                 p.over_mean_pct,
                 p.over_p99_pct,
                 p.false_denial_pct,
+                react,
                 p.store_ops_per_s,
                 p.store_ops_per_request
             ));

@@ -1,10 +1,12 @@
-//! Scenario files.
+//! Scenario files: what to simulate (DESIGN.md section 9).
+
+use std::path::Path;
 
 use serde::Deserialize;
+use serde_saphyr::Spanned;
 
 /// A simulation: one rule, some nodes, traffic, store behaviour.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug)]
 pub struct Scenario {
     /// Simulated time, seconds.
     pub duration_s: u64,
@@ -17,11 +19,11 @@ pub struct Scenario {
     /// Traffic generators.
     pub traffic: Vec<Traffic>,
     /// Store behaviour.
-    #[serde(default)]
     pub store: StoreSpec,
     /// Policies to compare (default: all five).
-    #[serde(default)]
     pub policies: Option<Vec<String>>,
+    /// Requests read from trace files (one list per `trace` generator, in order).
+    pub(crate) traces: Vec<Vec<TraceEvent>>,
 }
 
 /// The rule under test.
@@ -32,9 +34,12 @@ pub struct RuleSpec {
     pub limit: u64,
     /// Window, seconds.
     pub window_s: u64,
-    /// Spans per window.
+    /// Spans per window (synced policies).
     #[serde(default = "default_spans")]
     pub spans: u32,
+    /// Cooldown after a key is found over its limit, seconds (synced policies; 0: none).
+    #[serde(default)]
+    pub cooldown_s: f64,
 }
 
 fn default_spans() -> u32 {
@@ -45,28 +50,87 @@ fn default_spans() -> u32 {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
-    /// How many.
+    /// How many (at most; see `join_s` and `leave_s`).
     pub count: usize,
     /// Clock skew per node, milliseconds (missing entries: 0).
     #[serde(default)]
     pub skew_ms: Vec<i64>,
+    /// When each node starts taking traffic, seconds (missing entries: 0).
+    #[serde(default)]
+    pub join_s: Vec<u64>,
+    /// When each node stops (after a final flush), seconds (missing entries or `~`: never).
+    #[serde(default)]
+    pub leave_s: Vec<Option<u64>>,
+    /// The instance count the engines are configured with (`expected_instances`; the seed's
+    /// `N`); default `count`.
+    #[serde(default)]
+    pub expected: Option<u64>,
 }
 
-/// A traffic generator.
+impl NodeSpec {
+    /// Whether node `i` takes traffic at `t_ns` after the start.
+    pub fn active(&self, i: usize, t_ns: u64) -> bool {
+        let join = self.join_s.get(i).copied().unwrap_or(0) * 1_000_000_000;
+        let leave = self
+            .leave_s
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(u64::MAX, |s| s * 1_000_000_000);
+        (join..leave).contains(&t_ns)
+    }
+}
+
+/// A traffic generator. Keys are named `{prefix}-{n}` (prefix `key` unless set), so several
+/// generators can share keys.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Traffic {
-    /// Poisson arrivals at `rate` per second over `keys` keys, spread over the nodes by
+    /// Poisson arrivals at `rate` per second over `keys` keys, spread over the live nodes by
     /// `weights` (even when absent).
     Steady {
         /// Requests per second, all nodes together.
         rate: f64,
-        /// Distinct keys (`key-0` ..).
+        /// Distinct keys.
+        #[serde(default = "one")]
+        keys: u64,
+        /// Share of each node (uneven load balancing).
+        #[serde(default)]
+        weights: Vec<f64>,
+        /// From, seconds.
+        #[serde(default)]
+        start_s: u64,
+        /// Until, seconds (default: the end).
+        #[serde(default)]
+        end_s: Option<u64>,
+        /// Key name prefix.
+        #[serde(default)]
+        prefix: Option<String>,
+    },
+    /// Poisson bursts: `rate` per second for `length_s` seconds every `every_s` seconds,
+    /// nothing in between.
+    Bursts {
+        /// Requests per second during a burst.
+        rate: f64,
+        /// Seconds from one burst's start to the next.
+        every_s: f64,
+        /// Length of a burst, seconds.
+        length_s: f64,
+        /// Distinct keys.
         #[serde(default = "one")]
         keys: u64,
         /// Share of each node.
         #[serde(default)]
         weights: Vec<f64>,
+        /// From, seconds.
+        #[serde(default)]
+        start_s: u64,
+        /// Until, seconds.
+        #[serde(default)]
+        end_s: Option<u64>,
+        /// Key name prefix.
+        #[serde(default)]
+        prefix: Option<String>,
     },
     /// One client hammering one node with one key between `start_s` and `end_s`.
     Attacker {
@@ -82,10 +146,61 @@ pub enum Traffic {
         /// Until, seconds.
         end_s: u64,
     },
+    /// Key-affinity balancing (sticky sessions, consistent hashing): each key has a home node
+    /// among the live ones and goes there with probability `affinity`, elsewhere otherwise.
+    KeyAffinity {
+        /// Requests per second, all nodes together.
+        rate: f64,
+        /// Distinct keys.
+        #[serde(default = "one")]
+        keys: u64,
+        /// Probability that a request goes to its key's home node.
+        #[serde(default = "default_affinity")]
+        affinity: f64,
+        /// From, seconds.
+        #[serde(default)]
+        start_s: u64,
+        /// Until, seconds.
+        #[serde(default)]
+        end_s: Option<u64>,
+        /// Key name prefix.
+        #[serde(default)]
+        prefix: Option<String>,
+    },
+    /// A daily-style ramp: the rate follows a cosine between `min_rate` (at the start) and
+    /// `max_rate` (half a period later).
+    Diurnal {
+        /// Lowest rate, requests per second.
+        min_rate: f64,
+        /// Highest rate, requests per second.
+        max_rate: f64,
+        /// Period, seconds.
+        period_s: f64,
+        /// Distinct keys.
+        #[serde(default = "one")]
+        keys: u64,
+        /// Share of each node.
+        #[serde(default)]
+        weights: Vec<f64>,
+        /// Key name prefix.
+        #[serde(default)]
+        prefix: Option<String>,
+    },
+    /// Replays a JSON-lines file of requests, one object per line:
+    /// `{"t_ms": <int>, "node": <int>, "key": "<string>", "cost": <int, optional>}`.
+    /// The path is relative to the scenario file.
+    Trace {
+        /// The trace file.
+        file: String,
+    },
 }
 
 fn one() -> u64 {
     1
+}
+
+fn default_affinity() -> f64 {
+    0.9
 }
 
 /// Store behaviour.
@@ -95,6 +210,32 @@ pub struct StoreSpec {
     /// Intervals `[start_s, end_s)` when the store is unreachable.
     #[serde(default)]
     pub outages: Vec<(u64, u64)>,
+    /// Round-trip latency of a flush (log-normal through the median and the 99th percentile;
+    /// fixed when `p99` is absent).
+    #[serde(default)]
+    pub latency_ms: Option<Latency>,
+}
+
+/// A latency distribution.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Latency {
+    /// Median, milliseconds.
+    pub median: f64,
+    /// 99th percentile, milliseconds (at least the median).
+    #[serde(default)]
+    pub p99: Option<f64>,
+}
+
+/// One request read from a trace.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TraceEvent {
+    pub t_ms: u64,
+    pub node: usize,
+    pub key: String,
+    #[serde(default = "one")]
+    pub cost: u64,
 }
 
 /// A scenario file that cannot be used.
@@ -111,8 +252,51 @@ pub struct ScenarioError {
     pub message: String,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    duration_s: Spanned<u64>,
+    seed: u64,
+    rule: Spanned<RuleSpec>,
+    nodes: Spanned<NodeSpec>,
+    traffic: Spanned<Vec<Spanned<Traffic>>>,
+    #[serde(default)]
+    store: Option<Spanned<StoreSpec>>,
+    #[serde(default)]
+    policies: Option<Spanned<Vec<String>>>,
+}
+
 impl Scenario {
-    /// Parses and checks a scenario; `file` names it in errors.
+    /// Reads a scenario file and the trace files it names.
+    pub fn load(path: &Path) -> Result<Self, ScenarioError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the scenario: {e}"),
+        })?;
+        let mut scenario = Self::parse(&file, &text)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for traffic in &scenario.traffic {
+            if let Traffic::Trace { file } = traffic {
+                let trace = dir.join(file);
+                let text = std::fs::read_to_string(&trace).map_err(|e| ScenarioError {
+                    file: trace.display().to_string(),
+                    line: 0,
+                    column: 0,
+                    message: format!("cannot read the trace named in {}: {e}", path.display()),
+                })?;
+                let events = parse_trace(&trace.display().to_string(), &text, &scenario.nodes)?;
+                scenario.traces.push(events);
+            }
+        }
+        Ok(scenario)
+    }
+
+    /// Parses and checks a scenario; `file` names it in errors. Trace generators read
+    /// nothing here: [`Scenario::load`] reads their files, [`Scenario::with_trace`] supplies
+    /// one directly.
     pub fn parse(file: &str, text: &str) -> Result<Self, ScenarioError> {
         let err = |line, column, message: String| ScenarioError {
             file: file.to_owned(),
@@ -120,7 +304,7 @@ impl Scenario {
             column,
             message,
         };
-        let scenario: Scenario = serde_saphyr::from_str(text).map_err(|e| {
+        let raw: Raw = serde_saphyr::from_str(text).map_err(|e| {
             let (l, c) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
             err(
                 l,
@@ -133,37 +317,225 @@ impl Scenario {
                     .to_owned(),
             )
         })?;
-        let fail = |m: &str| Err(err(0, 0, m.to_owned()));
-        if scenario.rule.limit == 0 || scenario.rule.window_s == 0 {
-            return fail("rule.limit and rule.window_s must be at least 1");
+        let at = |s: &serde_saphyr::Location, m: &str| Err(err(s.line(), s.column(), m.to_owned()));
+        if raw.duration_s.value == 0 || raw.duration_s.value > 7 * 86_400 {
+            return at(
+                &raw.duration_s.referenced,
+                "duration_s must be between 1 and 604800 (a week)",
+            );
         }
-        if scenario.rule.spans < 2 {
-            return fail("rule.spans must be at least 2");
+        let rule = &raw.rule.value;
+        if rule.limit == 0 || rule.window_s == 0 {
+            return at(
+                &raw.rule.referenced,
+                "rule.limit and rule.window_s must be at least 1",
+            );
         }
-        if scenario.nodes.count == 0 || scenario.nodes.count > 1000 {
-            return fail("nodes.count must be between 1 and 1000");
+        if rule.spans < 2 || rule.spans > 1000 {
+            return at(
+                &raw.rule.referenced,
+                "rule.spans must be between 2 and 1000",
+            );
         }
-        if scenario.duration_s == 0 || scenario.duration_s > 7 * 86_400 {
-            return fail("duration_s must be between 1 and 604800");
+        if !(rule.cooldown_s >= 0.0 && rule.cooldown_s <= 86_400.0) {
+            return at(
+                &raw.rule.referenced,
+                "rule.cooldown_s must be between 0 and 86400",
+            );
         }
-        for t in &scenario.traffic {
-            match t {
-                Traffic::Steady { rate, weights, .. }
-                    if *rate < 0.0
-                        || (!weights.is_empty() && weights.len() != scenario.nodes.count) =>
-                {
-                    return fail(
-                        "steady traffic needs a rate >= 0 and, if given, one weight per node",
-                    );
+        let nodes = &raw.nodes.value;
+        let n = nodes.count;
+        if n == 0 || n > 1000 {
+            return at(
+                &raw.nodes.referenced,
+                "nodes.count must be between 1 and 1000",
+            );
+        }
+        if nodes.skew_ms.len() > n || nodes.join_s.len() > n || nodes.leave_s.len() > n {
+            return at(
+                &raw.nodes.referenced,
+                "nodes.skew_ms, join_s and leave_s take at most one entry per node",
+            );
+        }
+        if nodes.skew_ms.iter().any(|s| s.abs() > 3_600_000) {
+            return at(
+                &raw.nodes.referenced,
+                "nodes.skew_ms entries must be within an hour (3600000)",
+            );
+        }
+        if (0..n).any(|i| {
+            let join = nodes.join_s.get(i).copied().unwrap_or(0);
+            nodes
+                .leave_s
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|l| l <= join)
+        }) {
+            return at(
+                &raw.nodes.referenced,
+                "a node must join (join_s) before it leaves (leave_s)",
+            );
+        }
+        if nodes.expected == Some(0) {
+            return at(&raw.nodes.referenced, "nodes.expected must be at least 1");
+        }
+        let weights_ok = |w: &Vec<f64>| {
+            w.is_empty()
+                || (w.len() == n && w.iter().all(|x| *x >= 0.0) && w.iter().sum::<f64>() > 0.0)
+        };
+        let rate_ok = |r: f64| (0.0..=10_000_000.0).contains(&r);
+        let keys_ok = |k: u64| (1..=100_000_000).contains(&k);
+        for t in &raw.traffic.value {
+            let (ok, problem) = match &t.value {
+                Traffic::Steady {
+                    rate,
+                    keys,
+                    weights,
+                    ..
+                } => (
+                    rate_ok(*rate) && keys_ok(*keys) && weights_ok(weights),
+                    "steady needs 0 <= rate <= 1e7, 1 <= keys <= 1e8 and, if given, one weight >= 0 per node",
+                ),
+                Traffic::Bursts {
+                    rate,
+                    every_s,
+                    length_s,
+                    keys,
+                    weights,
+                    ..
+                } => (
+                    rate_ok(*rate)
+                        && keys_ok(*keys)
+                        && weights_ok(weights)
+                        && *length_s > 0.0
+                        && length_s <= every_s,
+                    "bursts needs 0 <= rate <= 1e7, 0 < length_s <= every_s, 1 <= keys <= 1e8 and, if given, one weight per node",
+                ),
+                Traffic::Attacker { node, .. } if *node >= n => (
+                    false,
+                    "attacker.node is not one of the nodes (they are numbered from 0)",
+                ),
+                Traffic::Attacker { rate, .. } => {
+                    (rate_ok(*rate), "attacker.rate must be between 0 and 1e7")
                 }
-                Traffic::Attacker { node, .. } if *node >= scenario.nodes.count => {
-                    return fail(
-                        "attacker.node is not one of the nodes (they are numbered from 0)",
-                    );
+                Traffic::KeyAffinity {
+                    rate,
+                    keys,
+                    affinity,
+                    ..
+                } => (
+                    rate_ok(*rate) && keys_ok(*keys) && (0.0..=1.0).contains(affinity),
+                    "key_affinity needs 0 <= rate <= 1e7, 1 <= keys <= 1e8 and 0 <= affinity <= 1",
+                ),
+                Traffic::Diurnal {
+                    min_rate,
+                    max_rate,
+                    period_s,
+                    keys,
+                    weights,
+                    ..
+                } => (
+                    rate_ok(*min_rate)
+                        && rate_ok(*max_rate)
+                        && min_rate <= max_rate
+                        && *period_s > 0.0
+                        && keys_ok(*keys)
+                        && weights_ok(weights),
+                    "diurnal needs 0 <= min_rate <= max_rate <= 1e7, period_s > 0, 1 <= keys <= 1e8 and, if given, one weight per node",
+                ),
+                Traffic::Trace { file } => {
+                    (!file.is_empty(), "trace.file must name a JSON-lines file")
                 }
-                _ => {}
+            };
+            if !ok {
+                return at(&t.referenced, problem);
             }
         }
-        Ok(scenario)
+        let store = raw.store.map(|s| {
+            let ok = s.value.outages.iter().all(|(a, b)| a < b)
+                && s.value.latency_ms.is_none_or(|l| {
+                    l.median >= 0.0
+                        && l.median <= 600_000.0
+                        && l.p99.is_none_or(|p| p >= l.median && p <= 600_000.0)
+                });
+            (s, ok)
+        });
+        if let Some((s, false)) = &store {
+            return at(
+                &s.referenced,
+                "store.outages are [start_s, end_s] with start_s < end_s; latency_ms needs 0 <= median <= p99 <= 600000",
+            );
+        }
+        if let Some(p) = &raw.policies
+            && let Some(bad) = p
+                .value
+                .iter()
+                .find(|x| !crate::POLICIES.contains(&x.as_str()))
+        {
+            return at(
+                &p.referenced,
+                &format!(
+                    "unknown policy `{bad}`; write any of {}",
+                    crate::POLICIES.join(", ")
+                ),
+            );
+        }
+        Ok(Scenario {
+            duration_s: raw.duration_s.value,
+            seed: raw.seed,
+            rule: raw.rule.value,
+            nodes: raw.nodes.value,
+            traffic: raw.traffic.value.into_iter().map(|t| t.value).collect(),
+            store: store.map(|(s, _)| s.value).unwrap_or_default(),
+            policies: raw.policies.map(|p| p.value),
+            traces: Vec::new(),
+        })
     }
+
+    /// Supplies the requests of the next `trace` generator from JSON-lines text (`file` names
+    /// it in errors).
+    pub fn with_trace(mut self, file: &str, text: &str) -> Result<Self, ScenarioError> {
+        let events = parse_trace(file, text, &self.nodes)?;
+        self.traces.push(events);
+        Ok(self)
+    }
+}
+
+fn parse_trace(file: &str, text: &str, nodes: &NodeSpec) -> Result<Vec<TraceEvent>, ScenarioError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i as u64 + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let err = |column: u64, message: String| ScenarioError {
+            file: file.to_owned(),
+            line: line_no,
+            column,
+            message,
+        };
+        let event: TraceEvent = serde_json::from_str(line).map_err(|e| {
+            err(
+                e.column() as u64,
+                format!(
+                    "{e}; each line is {{\"t_ms\": <int>, \"node\": <int>, \"key\": \"<string>\", \"cost\": <int, optional>}}"
+                ),
+            )
+        })?;
+        if event.node >= nodes.count {
+            return Err(err(
+                1,
+                format!(
+                    "node {} is not one of the scenario's {} nodes (numbered from 0)",
+                    event.node, nodes.count
+                ),
+            ));
+        }
+        if event.cost == 0 || event.cost > 1_000_000 {
+            return Err(err(1, "cost must be between 1 and 1000000".to_owned()));
+        }
+        out.push(event);
+    }
+    Ok(out)
 }

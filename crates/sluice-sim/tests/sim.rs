@@ -1,47 +1,54 @@
 //! The simulator: deterministic, `exact` never over-admits, `local` on one node equals `exact`,
-//! bad files get precise errors.
+//! the seed's bound holds for `reactive`, traces replay, plots are drawn, bad files get precise
+//! errors.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use sluice_sim::{Scenario, run};
+use sluice_sim::{Report, Scenario, run, write_plots};
 
 fn shipped() -> Vec<(String, Scenario)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     files.sort();
+    assert!(
+        files.len() >= 7,
+        "the issue asks for seven shipped scenarios"
+    );
     files
         .into_iter()
         .map(|f| {
-            let text = std::fs::read_to_string(&f).unwrap();
-            let name = f.display().to_string();
-            let scenario = Scenario::parse(&name, &text).unwrap();
-            (name, scenario)
+            let scenario = Scenario::load(&f).unwrap();
+            (f.display().to_string(), scenario)
         })
         .collect()
 }
 
-#[test]
-fn same_seed_same_result() {
-    for (name, s) in shipped() {
-        let a = serde_json::to_string(&run(&s)).unwrap();
-        let b = serde_json::to_string(&run(&s)).unwrap();
-        assert_eq!(a, b, "{name} is not deterministic");
-    }
+fn policy<'r>(r: &'r Report, name: &str) -> &'r sluice_sim::PolicyReport {
+    r.policies.iter().find(|p| p.policy == name).unwrap()
 }
 
 #[test]
-fn exact_never_over_admits_in_any_shipped_scenario() {
+fn shipped_scenarios_are_deterministic_and_exact_never_over_admits() {
     for (name, s) in shipped() {
-        let report = run(&s);
-        let exact = report
-            .policies
-            .iter()
-            .find(|p| p.policy == "exact")
-            .unwrap();
+        let first = run(&s);
+        let a = serde_json::to_string(&first).unwrap();
+        let b = serde_json::to_string(&run(&s)).unwrap();
+        assert_eq!(a, b, "{name} is not deterministic");
+        let exact = policy(&first, "exact");
         assert_eq!(exact.over_max_pct, 0.0, "{name}: exact over-admitted");
+        assert!(exact.requests > 0, "{name}: no traffic");
+        for p in &first.policies {
+            assert_eq!(
+                p.requests, exact.requests,
+                "{name}: same traffic for every policy"
+            );
+            assert!(p.admitted <= p.requests);
+            assert!(p.over_p99_pct <= p.over_max_pct);
+        }
     }
 }
 
@@ -49,7 +56,7 @@ fn exact_never_over_admits_in_any_shipped_scenario() {
 fn local_on_one_node_equals_exact() {
     let s = Scenario::parse(
         "one.yaml",
-        "duration_s: 300\nseed: 9\nrule: { limit: 50, window_s: 30 }\nnodes: { count: 1 }\ntraffic:\n  - steady: { rate: 3, keys: 3 }\npolicies: [local, exact]\n",
+        "duration_s: 300\nseed: 9\nrule: { limit: 50, window_s: 30 }\nnodes: { count: 1 }\ntraffic:\n  - steady: { rate: 6, keys: 3 }\npolicies: [local, exact]\n",
     )
     .unwrap();
     let r = run(&s);
@@ -57,6 +64,10 @@ fn local_on_one_node_equals_exact() {
     assert_eq!(
         r.policies[0].busiest_key_admitted,
         r.policies[1].busiest_key_admitted
+    );
+    assert!(
+        r.policies[0].admitted < r.policies[0].requests,
+        "the limit was reached"
     );
 }
 
@@ -67,23 +78,219 @@ fn seed_scenario_reactive_stays_within_the_seed_bound() {
         .find(|(n, _)| n.ends_with("seed.yaml"))
         .unwrap();
     let r = run(&s);
-    let reactive = r.policies.iter().find(|p| p.policy == "reactive").unwrap();
-    // MAX/N per span per node: 300 / 6 * 3 nodes = 150, i.e. 50% of the limit.
+    let reactive = policy(&r, "reactive");
+    // MAX/N per span per node: 300 / 3 per span on each of 3 nodes is at most 50% of the
+    // limit over it in one window.
     assert!(reactive.over_max_pct <= 50.0, "{}", reactive.over_max_pct);
-    let predictive = r
-        .policies
-        .iter()
-        .find(|p| p.policy == "predictive")
+    assert!(
+        reactive.over_max_pct > 0.0,
+        "at 2x the limit the seed over-admits"
+    );
+    assert!(policy(&r, "predictive").over_max_pct < reactive.over_max_pct);
+}
+
+#[test]
+fn a_trace_replays_request_by_request() {
+    let yaml = "duration_s: 20\nseed: 1\nrule: { limit: 5, window_s: 10 }\nnodes: { count: 2 }\ntraffic:\n  - trace: { file: t.jsonl }\npolicies: [exact, local]\n";
+    // 8 requests for `a` in the first window (one costing 2), 3 in the second, one past the end.
+    let mut trace = String::new();
+    for i in 0..7 {
+        trace.push_str(&format!(
+            "{{\"t_ms\": {}, \"node\": {}, \"key\": \"a\"}}\n",
+            100 + i * 100,
+            i % 2
+        ));
+    }
+    trace.push_str("{\"t_ms\": 900, \"node\": 0, \"key\": \"a\", \"cost\": 2}\n\n");
+    for i in 0..3 {
+        trace.push_str(&format!(
+            "{{\"t_ms\": {}, \"node\": 1, \"key\": \"a\"}}\n",
+            10_500 + i
+        ));
+    }
+    trace.push_str("{\"t_ms\": 25000, \"node\": 1, \"key\": \"a\"}\n");
+    let s = Scenario::parse("s.yaml", yaml)
+        .unwrap()
+        .with_trace("t.jsonl", &trace)
         .unwrap();
-    assert!(predictive.over_max_pct < reactive.over_max_pct);
+    let r = run(&s);
+    let exact = policy(&r, "exact");
+    assert_eq!(exact.requests, 11);
+    assert_eq!(exact.busiest_key_admitted, vec![5, 3]);
+    // local: 5 / 2 nodes = 2 per node per window.
+    let local = policy(&r, "local");
+    assert_eq!(local.busiest_key_admitted, vec![4, 2]);
+
+    // From files: the trace path is relative to the scenario.
+    let dir = std::env::temp_dir().join(format!("sluice-sim-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("s.yaml"), yaml).unwrap();
+    std::fs::write(dir.join("t.jsonl"), &trace).unwrap();
+    let loaded = run(&Scenario::load(&dir.join("s.yaml")).unwrap());
+    assert_eq!(loaded, r);
+    // A bad line is named with its line and column.
+    std::fs::write(
+        dir.join("t.jsonl"),
+        "{\"t_ms\": 1, \"node\": 0, \"key\": \"a\"}\n{\"t_ms\": 2, \"node\": 9, \"key\": \"a\"}\n",
+    )
+    .unwrap();
+    let err = Scenario::load(&dir.join("s.yaml")).unwrap_err().to_string();
+    assert!(err.contains("t.jsonl:2:"), "{err}");
+    assert!(
+        err.contains("node 9 is not one of the scenario's 2 nodes"),
+        "{err}"
+    );
+    std::fs::write(
+        dir.join("t.jsonl"),
+        "{\"t_ms\": 1, \"node\": 0, \"kye\": \"a\"}\n",
+    )
+    .unwrap();
+    let err = Scenario::load(&dir.join("s.yaml")).unwrap_err().to_string();
+    assert!(err.contains("t.jsonl:1:") && err.contains("kye"), "{err}");
+    std::fs::remove_file(dir.join("t.jsonl")).unwrap();
+    let err = Scenario::load(&dir.join("s.yaml")).unwrap_err().to_string();
+    assert!(err.contains("cannot read the trace"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn store_latency_delays_what_the_nodes_learn() {
+    let base = "duration_s: 600\nseed: 11\nrule: { limit: 300, window_s: 60, spans: 6 }\nnodes: { count: 3 }\ntraffic:\n  - steady: { rate: 10 }\npolicies: [predictive, exact]\n";
+    let fast = run(&Scenario::parse("fast.yaml", base).unwrap());
+    // Replies that come back after the window is over: the nodes learn nothing in time.
+    let slow = run(&Scenario::parse(
+        "slow.yaml",
+        &format!("{base}store: {{ latency_ms: {{ median: 61000 }} }}\n"),
+    )
+    .unwrap());
+    let (f, sl) = (policy(&fast, "predictive"), policy(&slow, "predictive"));
+    assert!(
+        sl.over_mean_pct > f.over_mean_pct + 10.0,
+        "fast {} slow {}",
+        f.over_mean_pct,
+        sl.over_mean_pct
+    );
+    // Fewer round trips complete: a node waits for its reply before it flushes again.
+    assert!(
+        sl.store_ops < f.store_ops,
+        "{} vs {}",
+        sl.store_ops,
+        f.store_ops
+    );
+    // Exact decisions are atomic in the store: latency changes their response time only.
+    assert_eq!(
+        policy(&slow, "exact").admitted,
+        policy(&fast, "exact").admitted
+    );
+}
+
+#[test]
+fn nodes_that_leave_drop_out_of_the_live_count() {
+    let s = Scenario::parse(
+        "scale.yaml",
+        "duration_s: 300\nseed: 12\nrule: { limit: 300, window_s: 60 }\nnodes: { count: 4, join_s: [0, 0, 60, 60], leave_s: [~, ~, 180, 180] }\ntraffic:\n  - steady: { rate: 8 }\npolicies: [predictive]\n",
+    )
+    .unwrap();
+    let r = run(&s);
+    let live_at = |t: f64| {
+        r.policies[0]
+            .estimates
+            .iter()
+            .rfind(|e| e.t_s <= t)
+            .map(|e| e.live_instances)
+            .unwrap()
+    };
+    assert_eq!(live_at(50.0), 2);
+    assert_eq!(live_at(170.0), 4);
+    // Gone for more than two spans (20 s): out of the count, also across a window boundary.
+    assert_eq!(live_at(230.0), 2);
+    assert_eq!(live_at(295.0), 2);
+}
+
+#[test]
+fn attacks_are_timed_and_plots_are_drawn() {
+    let s = Scenario::parse(
+        "attack.yaml",
+        "duration_s: 240\nseed: 13\nrule: { limit: 100, window_s: 60 }\nnodes: { count: 3 }\ntraffic:\n  - steady: { rate: 1, keys: 5 }\n  - attacker: { rate: 30, node: 1, key: bad, start_s: 70, end_s: 200 }\n",
+    )
+    .unwrap();
+    let r = run(&s);
+    assert_eq!(r.busiest_key, "bad");
+    for p in &r.policies {
+        let reaction = p.attack_reaction_s.unwrap_or(f64::MAX);
+        assert!(reaction < 60.0, "{}: {reaction}", p.policy);
+    }
+    assert_eq!(policy(&r, "exact").attack_reaction_s, Some(0.0));
+    let dir = std::env::temp_dir().join(format!("sluice-sim-plots-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = write_plots(&r, &dir).unwrap();
+    assert_eq!(files.len(), 8);
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        if f.extension().unwrap() == "png" {
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", f.display());
+            assert!(bytes.len() > 10_000, "{} looks empty", f.display());
+        } else {
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(text.contains("<svg"), "{}", f.display());
+            assert!(text.contains("predictive"), "{} has no legend", f.display());
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn bad_scenarios_get_precise_errors() {
-    let err = Scenario::parse("bad.yaml", "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - stedy: { rate: 1 }\n").unwrap_err();
-    let text = err.to_string();
-    assert!(text.starts_with("bad.yaml:6:"), "{text}");
-    assert!(text.contains("stedy"), "{text}");
-    let err = Scenario::parse("bad.yaml", "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - attacker: { rate: 1, node: 5, key: k, end_s: 5 }\n").unwrap_err();
-    assert!(err.to_string().contains("attacker.node"), "{err}");
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - stedy: { rate: 1 }\n",
+            "bad.yaml:6:",
+            "stedy",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - steady: { rate: 1 }\n  - attacker: { rate: 1, node: 5, key: k, end_s: 5 }\n",
+            "bad.yaml:7:",
+            "attacker.node",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2, skew_ms: [1, 2, 3] }\ntraffic: []\n",
+            "bad.yaml:4:",
+            "one entry per node",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2, join_s: [0, 5], leave_s: [~, 5] }\ntraffic: []\n",
+            "bad.yaml:4:",
+            "join (join_s) before it leaves",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - bursts: { rate: 5, every_s: 1, length_s: 2 }\n",
+            "bad.yaml:6:",
+            "length_s <= every_s",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic: []\npolicies: [predictive, optimistic]\n",
+            "bad.yaml:6:",
+            "unknown policy `optimistic`",
+        ),
+        (
+            "duration_s: 0\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic: []\n",
+            "bad.yaml:1:",
+            "duration_s must be",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic: []\nstore: { latency_ms: { median: 5, p99: 1 } }\n",
+            "bad.yaml:6:",
+            "median <= p99",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - key_affinity: { rate: 5, affinity: 1.5 }\n",
+            "bad.yaml:6:",
+            "affinity <= 1",
+        ),
+    ];
+    for (text, at, what) in cases {
+        let err = Scenario::parse("bad.yaml", text).unwrap_err().to_string();
+        assert!(err.starts_with(at), "{err} (expected {at})");
+        assert!(err.contains(what), "{err} (expected {what})");
+    }
 }

@@ -37,6 +37,7 @@ pub struct MemoryStore {
     state: Mutex<State>,
     available: AtomicBool,
     latency_ns: AtomicU64,
+    clock_latency_ns: AtomicU64,
     operations: AtomicU64,
 }
 
@@ -48,6 +49,7 @@ impl MemoryStore {
             state: Mutex::new(State::default()),
             available: AtomicBool::new(true),
             latency_ns: AtomicU64::new(0),
+            clock_latency_ns: AtomicU64::new(0),
             operations: AtomicU64::new(0),
         }
     }
@@ -60,6 +62,15 @@ impl MemoryStore {
     /// Delays every call by `latency` (tokio time).
     pub fn set_latency(&self, latency: Duration) {
         self.latency_ns
+            .store(duration_to_nanos(latency), Ordering::Relaxed);
+    }
+
+    /// Delays the calls that start from now on by `latency` measured on the store's own clock:
+    /// a call takes effect once that clock has moved half of `latency` past the moment it was
+    /// first polled, and completes after the other half. For simulations that drive manual clocks and poll futures
+    /// themselves (under a runtime it would spin); zero switches it off.
+    pub fn set_clock_latency(&self, latency: Duration) {
+        self.clock_latency_ns
             .store(duration_to_nanos(latency), Ordering::Relaxed);
     }
 
@@ -81,6 +92,39 @@ impl MemoryStore {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits `ns` on the store's clock (simulated latency).
+    async fn wait_on_clock(&self, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        let deadline = self.clock.now().saturating_add(ns);
+        std::future::poll_fn(|cx| {
+            if self.clock.now() >= deadline {
+                std::task::Poll::Ready(())
+            } else {
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// Runs `op` like a round trip: half the simulated latency out, the operation at the
+    /// store, half back.
+    async fn round_trip<T>(
+        &self,
+        op: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let simulated = self.clock_latency_ns.load(Ordering::Relaxed);
+        self.wait_on_clock(simulated / 2).await;
+        let result = match self.enter().await {
+            Ok(()) => op(),
+            Err(e) => Err(e),
+        };
+        self.wait_on_clock(simulated - simulated / 2).await;
+        result
     }
 
     async fn enter(&self) -> Result<(), StoreError> {
@@ -176,24 +220,15 @@ impl MemoryStore {
 
 impl CounterStore for MemoryStore {
     fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
-        Box::pin(async move {
-            self.enter().await?;
-            Ok(self.flush_now(items))
-        })
+        Box::pin(self.round_trip(move || Ok(self.flush_now(items))))
     }
 
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
-        Box::pin(async move {
-            self.enter().await?;
-            self.exact_now(request)
-        })
+        Box::pin(self.round_trip(move || self.exact_now(request)))
     }
 
     fn time(&self) -> StoreFuture<'_, Nanos> {
-        Box::pin(async move {
-            self.enter().await?;
-            Ok(self.clock.now())
-        })
+        Box::pin(self.round_trip(move || Ok(self.clock.now())))
     }
 
     fn describe(&self) -> String {

@@ -1,0 +1,326 @@
+//! Turns a scenario's traffic generators into one time-ordered list of requests.
+
+use std::collections::HashMap;
+
+use crate::scenario::{NodeSpec, Scenario, Traffic};
+
+const NS: u64 = 1_000_000_000;
+
+/// xorshift64*: small, fast, and the same everywhere.
+pub(crate) struct Rng(pub u64);
+
+impl Rng {
+    pub fn seeded(seed: u64, stream: u64) -> Self {
+        Rng((seed ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(stream + 1)) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u = 1.0 - self.unit();
+        let v = self.unit();
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// Time to the next Poisson arrival at `rate` per second, in nanoseconds.
+    pub fn exp_ns(&mut self, rate: f64) -> u64 {
+        ((-(1.0 - self.unit()).ln() / rate) * 1e9).min(1e18) as u64
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// One request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Arrival {
+    /// Time since the start, nanoseconds.
+    pub t: u64,
+    /// Node that receives it.
+    pub node: u32,
+    /// Key index (into [`Traffic::keys`]).
+    pub key: u32,
+    /// Cost.
+    pub cost: u32,
+}
+
+/// All requests of a scenario, and what the report needs to know about them.
+pub(crate) struct Generated {
+    pub arrivals: Vec<Arrival>,
+    pub keys: Vec<String>,
+    /// Attacks: (key, start in ns since the start).
+    pub attacks: Vec<(u32, u64)>,
+}
+
+/// Which nodes are live when: the list changes only at join and leave times.
+struct Live {
+    changes: Vec<(u64, Vec<usize>)>,
+}
+
+impl Live {
+    fn new(nodes: &NodeSpec) -> Self {
+        let mut times: Vec<u64> = vec![0];
+        for i in 0..nodes.count {
+            times.push(nodes.join_s.get(i).copied().unwrap_or(0) * NS);
+            if let Some(Some(l)) = nodes.leave_s.get(i) {
+                times.push(l * NS);
+            }
+        }
+        times.sort_unstable();
+        times.dedup();
+        let changes = times
+            .into_iter()
+            .map(|t| {
+                (
+                    t,
+                    (0..nodes.count).filter(|&i| nodes.active(i, t)).collect(),
+                )
+            })
+            .collect();
+        Live { changes }
+    }
+
+    fn at(&self, t: u64) -> &[usize] {
+        let i = self.changes.partition_point(|(c, _)| *c <= t);
+        &self.changes[i.saturating_sub(1)].1
+    }
+}
+
+fn pick(rng: &mut Rng, live: &[usize], weights: &[f64]) -> Option<usize> {
+    if live.is_empty() {
+        return None;
+    }
+    if weights.is_empty() {
+        return Some(live[rng.below(live.len() as u64) as usize]);
+    }
+    let total: f64 = live.iter().map(|&i| weights[i]).sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let mut x = rng.unit() * total;
+    for &i in live {
+        if x < weights[i] {
+            return Some(i);
+        }
+        x -= weights[i];
+    }
+    live.last().copied()
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.wrapping_add(0x6a09_e667_f3bc_c909);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+struct Keys {
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl Keys {
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.index.get(name) {
+            return i;
+        }
+        self.names.push(name.to_owned());
+        let i = (self.names.len() - 1) as u32;
+        self.index.insert(name.to_owned(), i);
+        i
+    }
+
+    fn range(&mut self, prefix: Option<&str>, n: u64) -> Vec<u32> {
+        let prefix = prefix.unwrap_or("key");
+        (0..n)
+            .map(|k| self.intern(&format!("{prefix}-{k}")))
+            .collect()
+    }
+}
+
+/// Generates the requests; the same scenario gives the same list.
+pub(crate) fn generate(s: &Scenario) -> Generated {
+    let duration = s.duration_s * NS;
+    let live = Live::new(&s.nodes);
+    let mut keys = Keys {
+        names: Vec::new(),
+        index: HashMap::new(),
+    };
+    let mut out = Vec::new();
+    let mut attacks = Vec::new();
+    let mut traces = s.traces.iter();
+    let window = |start: u64, end: Option<u64>| {
+        (start * NS, end.map_or(duration, |e| (e * NS).min(duration)))
+    };
+    for (g, traffic) in s.traffic.iter().enumerate() {
+        let mut rng = Rng::seeded(s.seed, g as u64);
+        let mut push = |t: u64, node: Option<usize>, key: u32| {
+            if let Some(node) = node {
+                out.push(Arrival {
+                    t,
+                    node: node as u32,
+                    key,
+                    cost: 1,
+                });
+            }
+        };
+        match traffic {
+            Traffic::Steady {
+                rate,
+                keys: n,
+                weights,
+                start_s,
+                end_s,
+                prefix,
+            } if *rate > 0.0 => {
+                let ids = keys.range(prefix.as_deref(), *n);
+                let (mut t, end) = window(*start_s, *end_s);
+                loop {
+                    t += rng.exp_ns(*rate);
+                    if t >= end {
+                        break;
+                    }
+                    let node = pick(&mut rng, live.at(t), weights);
+                    let key = ids[rng.below(*n) as usize];
+                    push(t, node, key);
+                }
+            }
+            Traffic::Bursts {
+                rate,
+                every_s,
+                length_s,
+                keys: n,
+                weights,
+                start_s,
+                end_s,
+                prefix,
+            } if *rate > 0.0 => {
+                let ids = keys.range(prefix.as_deref(), *n);
+                let (start, end) = window(*start_s, *end_s);
+                let (every, length) = ((every_s * 1e9) as u64, (length_s * 1e9) as u64);
+                let mut burst = start;
+                while burst < end {
+                    let stop = (burst + length).min(end);
+                    let mut t = burst;
+                    loop {
+                        t += rng.exp_ns(*rate);
+                        if t >= stop {
+                            break;
+                        }
+                        let node = pick(&mut rng, live.at(t), weights);
+                        let key = ids[rng.below(*n) as usize];
+                        push(t, node, key);
+                    }
+                    burst += every.max(1);
+                }
+            }
+            Traffic::Attacker {
+                rate,
+                node,
+                key,
+                start_s,
+                end_s,
+            } if *rate > 0.0 => {
+                let id = keys.intern(key);
+                let (mut t, end) = window(*start_s, Some(*end_s));
+                attacks.push((id, t));
+                loop {
+                    t += rng.exp_ns(*rate);
+                    if t >= end {
+                        break;
+                    }
+                    push(t, s.nodes.active(*node, t).then_some(*node), id);
+                }
+            }
+            Traffic::KeyAffinity {
+                rate,
+                keys: n,
+                affinity,
+                start_s,
+                end_s,
+                prefix,
+            } if *rate > 0.0 => {
+                let ids = keys.range(prefix.as_deref(), *n);
+                let (mut t, end) = window(*start_s, *end_s);
+                loop {
+                    t += rng.exp_ns(*rate);
+                    if t >= end {
+                        break;
+                    }
+                    let k = rng.below(*n);
+                    let nodes = live.at(t);
+                    // Rendezvous hashing: the home node stays put while others come and go.
+                    let home = nodes
+                        .iter()
+                        .copied()
+                        .max_by_key(|&node| mix(k, node as u64));
+                    let node = if rng.unit() < *affinity {
+                        home
+                    } else {
+                        pick(&mut rng, nodes, &[])
+                    };
+                    push(t, node, ids[k as usize]);
+                }
+            }
+            Traffic::Diurnal {
+                min_rate,
+                max_rate,
+                period_s,
+                keys: n,
+                weights,
+                prefix,
+            } if *max_rate > 0.0 => {
+                let ids = keys.range(prefix.as_deref(), *n);
+                let mut t = 0;
+                // Thinning: candidates at the peak rate, each kept with rate(t) / peak.
+                loop {
+                    t += rng.exp_ns(*max_rate);
+                    if t >= duration {
+                        break;
+                    }
+                    let phase = (t as f64 / 1e9) / period_s * std::f64::consts::TAU;
+                    let rate = min_rate + (max_rate - min_rate) * (1.0 - phase.cos()) / 2.0;
+                    if rng.unit() * max_rate >= rate {
+                        continue;
+                    }
+                    let node = pick(&mut rng, live.at(t), weights);
+                    let key = ids[rng.below(*n) as usize];
+                    push(t, node, key);
+                }
+            }
+            Traffic::Trace { .. } => {
+                for e in traces.next().map(Vec::as_slice).unwrap_or_default() {
+                    let t = e.t_ms.saturating_mul(1_000_000);
+                    if t < duration {
+                        let key = keys.intern(&e.key);
+                        out.push(Arrival {
+                            t,
+                            node: e.node as u32,
+                            key,
+                            cost: e.cost as u32,
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out.sort_unstable();
+    Generated {
+        arrivals: out,
+        keys: keys.names,
+        attacks,
+    }
+}
