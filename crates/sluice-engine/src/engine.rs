@@ -237,6 +237,8 @@ impl Engine {
                                     cooldown_ns: sluice_core::duration_to_nanos(r.cooldown),
                                     policy: r.policy,
                                     sliding: r.algorithm == AlgorithmKind::SlidingWindow,
+                                    budgets: true,
+                                    expected_instances: options.expected_instances.max(1),
                                 };
                                 let policy = if r.policy == Policy::Reactive {
                                     "reactive"

@@ -25,6 +25,10 @@ pub(crate) struct SyncedParams {
     pub policy: Policy,
     /// Add the previous window's weighted total (sliding window counter estimate).
     pub sliding: bool,
+    /// Predictive: cap each instance at its demand share of the room left between flushes.
+    pub budgets: bool,
+    /// Instances the deployment expects (`EngineOptions::expected_instances`).
+    pub expected_instances: u64,
 }
 
 impl SyncedParams {
@@ -78,6 +82,17 @@ pub(crate) struct KeyState {
     seen_entries: bool,
     /// Whether the previous window's total has been read in this window.
     prev_known: bool,
+    /// Predictive: what this instance may admit until its next flush reply (its demand share
+    /// of the room left in the window), and `local` when that share was set. Zero budget with
+    /// `budget_set == false` means no share has been set yet.
+    budget: u64,
+    local_at_budget: u64,
+    budget_set: bool,
+    /// A flush of this key failed (the store was unreachable) and none has succeeded since.
+    cut_off: bool,
+    /// After such a gap, the others' entries count as live until this time: they could not
+    /// refresh them either, and their counts from the gap are still on their way.
+    grace_until: Nanos,
     last_hit: Nanos,
 }
 
@@ -129,6 +144,7 @@ impl KeyState {
         }
         self.window = w;
         self.prev_known = false;
+        self.budget_set = false;
         self.local = 0;
         self.unflushed = 0;
         self.global = 0;
@@ -151,7 +167,8 @@ impl KeyState {
             others += o.count as f64;
             // An entry not refreshed for two spans belongs to an instance that left; while the
             // store is silent nobody refreshes, so entries do not go stale then.
-            let live = !store_ok || now.saturating_sub(o.at) <= 2 * p.span_ns;
+            let live =
+                !store_ok || now <= self.grace_until || now.saturating_sub(o.at) <= 2 * p.span_ns;
             if live {
                 others += o.rate * now.saturating_sub(o.at.max(window_start)) as f64;
             }
@@ -163,6 +180,31 @@ impl KeyState {
             estimate += self.prev_global as f64 * (1.0 - elapsed as f64 / p.window_ns as f64);
         }
         estimate
+    }
+
+    /// This instance's share of the key's demand (its rate over all live instances' rates).
+    fn share(&self, p: &SyncedParams, now: Nanos) -> f64 {
+        let (mut total, mut live) = (self.rate, 1.0);
+        for o in &self.others {
+            if now <= self.grace_until || now.saturating_sub(o.at) <= 2 * p.span_ns {
+                total += o.rate;
+                live += 1.0;
+            }
+        }
+        if total > 0.0 {
+            (self.rate / total).clamp(0.0, 1.0)
+        } else {
+            1.0 / live
+        }
+    }
+
+    /// Sets this instance's budget until its next flush reply: its share of the room the
+    /// estimate leaves in the window.
+    fn set_budget(&mut self, p: &SyncedParams, now: Nanos) {
+        let room = (p.limit as f64 - self.estimate(p, now, true)).max(0.0);
+        self.budget = (room * self.share(p, now)).floor() as u64;
+        self.local_at_budget = self.local;
+        self.budget_set = true;
     }
 
     fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
@@ -222,6 +264,20 @@ impl KeyState {
         let nodes = self.node_estimate();
         // The seed's fallback (and predictive's, for a key whose entries it never saw): while the
         // store is unreachable, at most MAX/N per span per instance (scaled by the node estimate).
+        // Predictive, before the first reply for the key (an instance that just joined, or a
+        // key it never saw): it knows nothing of the others yet, so until the reply comes (at
+        // most a span) it keeps to the seed's fallback share, MAX/N per span with N the
+        // instances it expects. No block: the reply lifts it.
+        let cold = p.policy != Policy::Reactive && p.budgets && !self.seen_entries && store_ok;
+        if cold
+            && p.expected_instances > 1
+            && (self.span_count + cost)
+                .saturating_mul(p.expected_instances)
+                .saturating_mul(p.spans)
+                > p.limit
+        {
+            return (denied(self.span_end - now), Some(Reason::Fallback));
+        }
         let use_fallback = !store_ok && (p.policy == Policy::Reactive || !self.seen_entries);
         if use_fallback
             && (self.span_count + cost)
@@ -244,6 +300,15 @@ impl KeyState {
                 let estimate = self.estimate(p, now, store_ok);
                 if estimate + cost as f64 > p.limit as f64 {
                     return (denied(reset_after), Some(Reason::Estimate));
+                }
+                if p.budgets && self.seen_entries {
+                    if !self.budget_set {
+                        // A new window before this instance's first reply in it.
+                        self.set_budget(p, now);
+                    }
+                    if self.local - self.local_at_budget.min(self.local) + cost > self.budget {
+                        return (denied(reset_after), Some(Reason::Estimate));
+                    }
                 }
                 estimate.ceil() as u64
             }
@@ -461,6 +526,10 @@ impl SyncedRule {
         };
         match results.and_then(|r| r.get(i)) {
             Some(Ok(outcome)) => {
+                if s.cut_off {
+                    s.cut_off = false;
+                    s.grace_until = now.saturating_add(2 * p.span_ns);
+                }
                 if fw == s.window {
                     s.global = outcome.total;
                     // Our own count as of the snapshot is in the total; what came after is not.
@@ -495,12 +564,16 @@ impl SyncedRule {
                     if outcome.total > p.limit {
                         s.block(p, now);
                     }
+                    if p.budgets && s.seen_entries {
+                        s.set_budget(p, now);
+                    }
                 } else if fw + 1 == s.window {
                     s.prev_global = s.prev_global.max(outcome.total);
                 }
             }
             _ => {
                 ok = false;
+                s.cut_off = true;
                 restore(&mut s, fw, fc);
             }
         }
