@@ -36,13 +36,16 @@ enum Command {
         log_format: LogFormat,
     },
     /// Run a simulation scenario: the real engine on simulated nodes, every policy on the same
-    /// traffic; prints a table and writes OUT/summary.json.
+    /// traffic; prints a table and writes OUT/summary.json and plots (SVG and PNG).
     Simulate {
         /// The scenario file (YAML).
         scenario: PathBuf,
-        /// Directory for summary.json.
+        /// Directory for summary.json and the plots (SVG and PNG).
         #[arg(long, default_value = "sluice-sim-out")]
         out: PathBuf,
+        /// Print the table as Markdown.
+        #[arg(long)]
+        markdown: bool,
     },
 }
 
@@ -71,7 +74,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { config } => check::run(&config),
-        Command::Simulate { scenario, out } => simulate(&scenario, &out),
+        Command::Simulate {
+            scenario,
+            out,
+            markdown,
+        } => simulate(&scenario, &out, markdown),
         Command::Serve { config, log_format } => {
             init_logs(log_format);
             tokio::runtime::Builder::new_multi_thread()
@@ -91,7 +98,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn simulate(file: &std::path::Path, out: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn simulate(
+    file: &std::path::Path,
+    out: &std::path::Path,
+    markdown: bool,
+) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
     let scenario = sluice_sim::Scenario::load(file)?;
     // A progress bar once a run has taken a second (on a terminal only).
@@ -119,7 +130,12 @@ fn simulate(file: &std::path::Path, out: &std::path::Path) -> anyhow::Result<Exi
     }
     // A closed pipe (`| head`) is not an error worth a panic.
     let mut stdout = std::io::stdout();
-    let _ = std::io::Write::write_all(&mut stdout, report.table().as_bytes());
+    let table = if markdown {
+        report.markdown()
+    } else {
+        report.table()
+    };
+    let _ = std::io::Write::write_all(&mut stdout, table.as_bytes());
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let path = out.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)

@@ -563,6 +563,30 @@ pub fn run_with_progress(s: &Scenario, progress: &mut dyn FnMut(u64, u64)) -> Re
 }
 
 impl Report {
+    /// The report as a Markdown table (for docs/ACCURACY.md).
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| policy | requests | admitted | over max | over mean | over p99 | false denials | reaction s | store ops/s | ops/request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for p in &self.policies {
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.1}% | {:.2}% | {:.1}% | {:.3}% | {} | {:.2} | {:.4} |\n",
+                p.policy,
+                p.requests,
+                p.admitted,
+                p.over_max_pct,
+                p.over_mean_pct,
+                p.over_p99_pct,
+                p.false_denial_pct,
+                p.attack_reaction_s
+                    .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}")),
+                p.store_ops_per_s,
+                p.store_ops_per_request
+            ));
+        }
+        out
+    }
+
     /// The report as a table.
     pub fn table(&self) -> String {
         let mut out = format!(
