@@ -14,9 +14,19 @@ fn simulate_writes_the_table_the_summary_and_the_plots() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let stdout = String::from_utf8(run.stdout).unwrap();
-    for policy in ["reactive", "predictive", "predictive_sliding", "exact", "local"] {
+    for policy in [
+        "reactive",
+        "predictive",
+        "predictive_sliding",
+        "exact",
+        "local",
+    ] {
         assert!(stdout.contains(policy), "{stdout}");
     }
     let summary: serde_json::Value =
@@ -26,7 +36,11 @@ fn simulate_writes_the_table_the_summary_and_the_plots() {
     for plot in ["admitted", "over_admission", "estimates", "instances"] {
         for ext in ["svg", "png"] {
             let file = out.join(format!("{plot}.{ext}"));
-            assert!(std::fs::metadata(&file).unwrap().len() > 1000, "{}", file.display());
+            assert!(
+                std::fs::metadata(&file).unwrap().len() > 1000,
+                "{}",
+                file.display()
+            );
             assert!(stdout.contains(&format!("{plot}.{ext}")), "{stdout}");
         }
     }
@@ -38,7 +52,11 @@ fn simulate_writes_the_table_the_summary_and_the_plots() {
         .arg("--markdown")
         .output()
         .unwrap();
-    assert!(String::from_utf8(markdown.stdout).unwrap().contains("| predictive |"));
+    assert!(
+        String::from_utf8(markdown.stdout)
+            .unwrap()
+            .contains("| predictive |")
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }
 
@@ -63,6 +81,9 @@ fn a_bad_scenario_is_named_with_its_line_and_column() {
     let stderr = String::from_utf8(run.stderr).unwrap();
     assert!(stderr.contains("bad.yaml:6:"), "{stderr}");
     assert!(stderr.contains("one weight >= 0 per node"), "{stderr}");
-    assert!(!dir.join("out").exists(), "nothing written for a bad scenario");
+    assert!(
+        !dir.join("out").exists(),
+        "nothing written for a bad scenario"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

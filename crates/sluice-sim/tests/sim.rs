@@ -167,8 +167,16 @@ fn store_latency_delays_what_the_nodes_learn() {
     // Without a reply a node knows nothing of the others: it keeps to the seed's fallback
     // share (MAX/N per span): never more than the limit, and with even load about as much.
     assert_eq!(sl.over_max_pct, 0.0);
-    assert!(sl.admitted <= f.admitted, "fast {} slow {}", f.admitted, sl.admitted);
-    assert!(sl.estimates.iter().all(|e| e.global == 0), "no reply arrived in time");
+    assert!(
+        sl.admitted <= f.admitted,
+        "fast {} slow {}",
+        f.admitted,
+        sl.admitted
+    );
+    assert!(
+        sl.estimates.iter().all(|e| e.global == 0),
+        "no reply arrived in time"
+    );
     assert!(f.estimates.iter().any(|e| e.global > 0));
     // Fewer round trips complete: a node waits for its reply before it flushes again.
     assert!(
