@@ -133,9 +133,13 @@ impl KeyState {
         };
         let window_start = w * p.window_ns;
         // Instances already stale (gone for two spans) stay gone: re-dating their entries to
-        // the new window would bring them back to life for two spans.
-        self.others
-            .retain(|o| now.saturating_sub(o.at) <= 2 * p.span_ns);
+        // the new window would bring them back to life for two spans. Not while this instance
+        // cannot reach the store: then nobody could refresh an entry, and the others' carried
+        // rates are all it has to go on.
+        if !self.cut_off {
+            self.others
+                .retain(|o| now.saturating_sub(o.at) <= 2 * p.span_ns);
+        }
         for other in &mut self.others {
             // Carry each instance's demand rate into the new window (DESIGN.md: "at the start
             // of a window ... the others' demand rates from the previous window are used").

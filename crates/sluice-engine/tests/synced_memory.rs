@@ -179,6 +179,40 @@ async fn store_outage_falls_back_and_loses_no_count() {
 }
 
 #[tokio::test]
+async fn an_outage_across_window_boundaries_keeps_limiting() {
+    // 2x the limit over 3 instances; the store goes down at the start of the third window and
+    // stays down for two windows, then comes back.
+    let limit = 300;
+    let rules = synced_rule(limit, "60s", 6, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::new(&rules, store.clone(), &[0, 0, 0], true);
+    let window_ns = 60 * SECOND;
+    let step = window_ns / 600;
+    let mut admitted: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut t = T0;
+    for n in 0..600 * 6u64 {
+        let offset = t - T0;
+        store.set_available(!(120 * SECOND..240 * SECOND).contains(&offset));
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        if fleet.check((n % 3) as usize, "alice").allowed {
+            *admitted.entry((t - T0) / window_ns).or_default() += 1;
+        }
+        t += step;
+    }
+    eprintln!("admitted per window, store down in windows 2 and 3: {admitted:?}");
+    for (w, count) in &admitted {
+        // Down: each instance goes on with the others' carried demand rates (no entry goes
+        // stale while nobody can refresh one); up again: the entries count as live until
+        // everyone has reported.
+        assert!(*count <= 315, "window {w}: admitted {count} of 300");
+        assert!(*count >= 240, "window {w}: admitted only {count} of 300");
+    }
+}
+
+#[tokio::test]
 async fn skewed_clocks_agree_on_the_window_through_the_store_time() {
     let rules = synced_rule(300, "60s", 6, "predictive", "fixed_window");
     let store_clock = ManualClock::new(T0);
