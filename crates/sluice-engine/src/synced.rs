@@ -93,6 +93,8 @@ pub(crate) struct KeyState {
     /// After such a gap, the others' entries count as live until this time: they could not
     /// refresh them either, and their counts from the gap are still on their way.
     grace_until: Nanos,
+    /// When the store last answered a flush of this key.
+    heard_at: Nanos,
     last_hit: Nanos,
 }
 
@@ -132,14 +134,6 @@ impl KeyState {
             (0, 0)
         };
         let window_start = w * p.window_ns;
-        // Instances already stale (gone for two spans) stay gone: re-dating their entries to
-        // the new window would bring them back to life for two spans. Not while this instance
-        // cannot reach the store: then nobody could refresh an entry, and the others' carried
-        // rates are all it has to go on.
-        if !self.cut_off {
-            self.others
-                .retain(|o| now.saturating_sub(o.at) <= 2 * p.span_ns);
-        }
         for other in &mut self.others {
             // Carry each instance's demand rate into the new window (DESIGN.md: "at the start
             // of a window ... the others' demand rates from the previous window are used").
@@ -171,8 +165,7 @@ impl KeyState {
             others += o.count as f64;
             // An entry not refreshed for two spans belongs to an instance that left; while the
             // store is silent nobody refreshes, so entries do not go stale then.
-            let live =
-                !store_ok || now <= self.grace_until || now.saturating_sub(o.at) <= 2 * p.span_ns;
+            let live = !store_ok || now <= self.grace_until || self.fresh(p, o, now);
             if live {
                 others += o.rate * now.saturating_sub(o.at.max(window_start)) as f64;
             }
@@ -186,11 +179,26 @@ impl KeyState {
         estimate
     }
 
+    /// Whether another instance's entry is live: one that has not flushed for two spans has
+    /// left. Judged now while this instance hears from the store about the key every span;
+    /// otherwise as of when it last heard. Between replies an
+    /// instance cannot know better, so it keeps extrapolating the others it knows of (an
+    /// instance with little traffic for a key asks rarely; forgetting the others in the
+    /// meantime would let it spend the whole limit on its own).
+    fn fresh(&self, p: &SyncedParams, o: &Other, now: Nanos) -> bool {
+        let judged_at = if now.saturating_sub(self.heard_at) < p.span_ns {
+            now
+        } else {
+            self.heard_at
+        };
+        judged_at.saturating_sub(o.at) <= 2 * p.span_ns
+    }
+
     /// This instance's share of the key's demand (its rate over all live instances' rates).
     fn share(&self, p: &SyncedParams, now: Nanos) -> f64 {
         let (mut total, mut live) = (self.rate, 1.0);
         for o in &self.others {
-            if now <= self.grace_until || now.saturating_sub(o.at) <= 2 * p.span_ns {
+            if now <= self.grace_until || self.fresh(p, o, now) {
                 total += o.rate;
                 live += 1.0;
             }
@@ -214,7 +222,7 @@ impl KeyState {
     fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
         self.others
             .iter()
-            .filter(|o| now.saturating_sub(o.at) <= 2 * p.span_ns)
+            .filter(|o| now <= self.grace_until || self.fresh(p, o, now))
             .count()
     }
 
@@ -534,6 +542,7 @@ impl SyncedRule {
                     s.cut_off = false;
                     s.grace_until = now.saturating_add(2 * p.span_ns);
                 }
+                s.heard_at = now;
                 if fw == s.window {
                     s.global = outcome.total;
                     // Our own count as of the snapshot is in the total; what came after is not.
@@ -545,10 +554,19 @@ impl SyncedRule {
                     if !outcome.entries.is_empty() {
                         s.seen_entries = true;
                         let window_start = s.window * p.window_ns;
+                        // An entry already stale when the store answers belongs to an instance
+                        // that left: drop it, or the next window roll would re-date it and
+                        // bring it back to life. After an outage every entry is old: keep them.
+                        let grace = now <= s.grace_until;
+                        let fresh = |at_ms: u64| {
+                            grace
+                                || now.saturating_sub(at_ms.saturating_mul(1_000_000))
+                                    <= 2 * p.span_ns
+                        };
                         let mut others: Vec<Other> = outcome
                             .entries
                             .iter()
-                            .filter(|e| &*e.node != node)
+                            .filter(|e| &*e.node != node && fresh(e.at_ms))
                             .map(|e| Other {
                                 node: e.node.clone(),
                                 count: e.count,
@@ -557,9 +575,12 @@ impl SyncedRule {
                             })
                             .collect();
                         // Instances known from the previous window that have not flushed in this
-                        // one yet keep their carried rate until they go stale.
+                        // one yet keep their carried rate until they go stale (one that did
+                        // report, even stale, is judged by its report above).
                         for o in s.others.drain(..) {
-                            if o.at <= window_start && !others.iter().any(|n| n.node == o.node) {
+                            if o.at <= window_start
+                                && !outcome.entries.iter().any(|n| n.node == o.node)
+                            {
                                 others.push(o);
                             }
                         }

@@ -49,6 +49,42 @@ fn shipped_scenarios_are_deterministic_and_exact_never_over_admits() {
             assert!(p.admitted <= p.requests);
             assert!(p.over_p99_pct <= p.over_max_pct);
         }
+        // The accuracy targets of docs/ACCURACY.md (deterministic, so they are regression
+        // tests too).
+        let (reactive, predictive) = (policy(&first, "reactive"), policy(&first, "predictive"));
+        assert_eq!(
+            reactive.store_ops, predictive.store_ops,
+            "{name}: same store operations"
+        );
+        if reactive.over_p99_pct > 1.0 {
+            assert!(
+                predictive.over_p99_pct * 5.0 <= reactive.over_p99_pct,
+                "{name}: predictive p99 {} is not 5x below reactive's {}",
+                predictive.over_p99_pct,
+                reactive.over_p99_pct
+            );
+        }
+        if name.ends_with("skew.yaml") {
+            assert!(
+                predictive.over_p99_pct <= 2.0,
+                "{name}: {}",
+                predictive.over_p99_pct
+            );
+        }
+        if name.ends_with("attacker.yaml") {
+            assert!(
+                predictive.over_p99_pct <= 5.0,
+                "{name}: {}",
+                predictive.over_p99_pct
+            );
+        }
+        if name.ends_with("headroom.yaml") {
+            assert!(
+                predictive.false_denial_pct < 0.1,
+                "{name}: {}",
+                predictive.false_denial_pct
+            );
+        }
     }
 }
 
