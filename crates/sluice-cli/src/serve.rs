@@ -197,6 +197,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         clock,
         EngineOptions {
             shared_store: !store_is_memory,
+            expected_instances: config.expected_instances,
             ..EngineOptions::default()
         },
     );
@@ -309,7 +310,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
 
     let mut gateways = tokio::task::JoinSet::new();
     for (listener, gateway) in gateway_listeners {
-        let router = sluice_http::gateway_router(engine.clone(), &gateway, Duration::from_secs(30));
+        let router =
+            sluice_http::gateway_router(engine.clone(), &gateway, gateway.upstream_timeout);
         tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, "gateway serving");
         let serve = axum::serve(
             listener,

@@ -93,6 +93,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             api_domain,
             headers: HeaderStyle::Ietf,
             gateways: Vec::new(),
+            expected_instances: 1,
         });
     }
     parse_service(file, &text)

@@ -68,6 +68,7 @@ pub(crate) struct RawServiceFile {
     #[serde(default)]
     pub api: RawApi,
     pub headers: Option<Spanned<String>>,
+    pub expected_instances: Option<Spanned<i64>>,
     #[serde(default)]
     pub gateways: Vec<RawGateway>,
 }
@@ -104,6 +105,7 @@ pub(crate) struct RawGateway {
     pub upstream: Spanned<String>,
     pub domain: Spanned<String>,
     pub headers: Option<Spanned<String>>,
+    pub upstream_timeout: Option<Spanned<String>>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }

@@ -204,6 +204,8 @@ pub struct Gateway {
     pub headers: HeaderStyle,
     /// Routes, first match wins.
     pub routes: Vec<Route>,
+    /// How long the upstream may take to send its response head (default 30 s; then 504).
+    pub upstream_timeout: std::time::Duration,
 }
 
 /// A validated `sluice.yaml` with its rule files loaded.
@@ -228,6 +230,10 @@ pub struct ServiceConfig {
     pub headers: HeaderStyle,
     /// Gateways.
     pub gateways: Vec<Gateway>,
+    /// The most instances the deployment runs (`expected_instances`, default 1): the `N` of
+    /// the seed's MAX/N fallback, the share a newly started instance keeps to before it has
+    /// heard from the store, and the split of `exact` mode's `on_store_error: local`.
+    pub expected_instances: u64,
 }
 
 const MAX_COST: i64 = 1_000_000_000;
@@ -644,6 +650,12 @@ fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway, Located> {
             .transpose()?
             .unwrap_or(headers),
         routes: raw.routes.iter().map(route).collect::<Result<_, _>>()?,
+        upstream_timeout: raw
+            .upstream_timeout
+            .as_ref()
+            .map(|t| crate::rules::parse_positive_duration("upstream_timeout", t, false))
+            .transpose()?
+            .unwrap_or(std::time::Duration::from_secs(30)),
     })
 }
 
@@ -764,6 +776,19 @@ impl ServiceConfig {
                 }
             }
         }
+        let expected_instances = match &raw.expected_instances {
+            None => 1,
+            Some(n) if (1..=100_000).contains(&n.value) => n.value as u64,
+            Some(n) => {
+                return Err(err(Located::at(
+                    n,
+                    format!(
+                        "expected_instances must be between 1 and 100000, found {}; write the most instances the deployment runs",
+                        n.value
+                    ),
+                )));
+            }
+        };
         Ok(ServiceConfig {
             file: file.to_path_buf(),
             store,
@@ -774,6 +799,7 @@ impl ServiceConfig {
             api_domain,
             headers,
             gateways,
+            expected_instances,
         })
     }
 }

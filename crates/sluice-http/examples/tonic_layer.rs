@@ -2,7 +2,7 @@
 //! its callers by their `x-client-id` metadata (gRPC metadata travels as HTTP/2 headers).
 //!
 //! Run: `cargo run -p sluice-http --example tonic_layer` (listens on 127.0.0.1:50051).
-//! A denied call is answered with HTTP 429, which gRPC clients see as `UNAVAILABLE`.
+//! A denied call gets the gRPC status `RESOURCE_EXHAUSTED` (with `retry-after` metadata).
 
 use std::path::Path;
 use std::sync::Arc;

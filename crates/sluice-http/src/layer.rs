@@ -37,8 +37,9 @@ struct Shared {
 
 /// A `tower::Layer` that limits requests with a Sluice engine before they reach the inner
 /// service. Denied requests get `429 Too Many Requests` with `Retry-After`, the configured
-/// rate-limit headers and a small JSON body; allowed ones carry the headers too. Shadow-mode
-/// rules only count. Works with axum, hyper and tonic services.
+/// rate-limit headers and a small JSON body; denied gRPC calls get status `RESOURCE_EXHAUSTED`
+/// (HTTP 200, `grpc-status: 8`) with the same headers as metadata. Allowed requests carry the
+/// headers too. Shadow-mode rules only count. Works with axum, hyper and tonic services.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     shared: Arc<Shared>,
@@ -126,6 +127,28 @@ where
             let Ok(verdict) = engine.check(&policy.domain, &built, route.cost).await else {
                 return inner.call(req).await.map(|r| r.map(Either::Left));
             };
+            if !verdict.allowed && is_grpc(req.headers()) {
+                // gRPC clients read the status, not the HTTP code (they would turn a 429 into
+                // UNAVAILABLE, which invites retries): a trailers-only response with
+                // RESOURCE_EXHAUSTED, the rate-limit headers as metadata.
+                let retry = retry_after_secs(&verdict);
+                let mut response =
+                    Response::new(Either::Right(Full::new(bytes_alias::Bytes::new())));
+                let headers = response.headers_mut();
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/grpc"),
+                );
+                headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+                if let Ok(message) =
+                    http::HeaderValue::from_str(&format!("rate limited; retry after {retry} s"))
+                {
+                    headers.insert("grpc-message", message);
+                }
+                headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry));
+                add_rate_limit_headers(headers, &verdict, policy.headers);
+                return Ok(response);
+            }
             if !verdict.allowed {
                 let retry = retry_after_secs(&verdict);
                 let body =
@@ -151,6 +174,19 @@ where
             Ok(response)
         })
     }
+}
+
+/// Whether a request is a gRPC call (`content-type: application/grpc`, `application/grpc+proto`,
+/// ...).
+fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.strip_prefix("application/grpc").is_some_and(|rest| {
+                rest.is_empty() || rest.starts_with('+') || rest.starts_with(';')
+            })
+        })
 }
 
 /// `bytes` as re-exported by axum (no direct dependency needed).
