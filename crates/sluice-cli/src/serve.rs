@@ -27,9 +27,19 @@ struct Service {
 
 fn store_of(
     config: &StoreConfig,
+    ca_file: Option<&Path>,
     clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<(Arc<dyn CounterStore>, bool)> {
-    let options = RedisStoreOptions::default();
+    let tls_root_pem = ca_file
+        .map(|f| {
+            std::fs::read(f)
+                .map_err(|e| anyhow::anyhow!("cannot read store_ca_file {}: {e}", f.display()))
+        })
+        .transpose()?;
+    let options = RedisStoreOptions {
+        tls_root_pem,
+        ..RedisStoreOptions::default()
+    };
     Ok(match config {
         StoreConfig::Memory => (Arc::new(MemoryStore::new(clock.clone())), true),
         StoreConfig::Redis { url } => (Arc::new(RedisStore::open(url, options)?), false),
@@ -188,7 +198,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
-    let (store, store_is_memory) = store_of(&config.store, &clock)?;
+    let (store, store_is_memory) =
+        store_of(&config.store, config.store_ca_file.as_deref(), &clock)?;
     let description = store.describe();
     let engine = Engine::new(
         &config.rules,

@@ -476,3 +476,37 @@ async fn three_servers_share_one_redis() {
     }
     drop(servers);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_from_a_tls_redis_with_a_private_ca() {
+    let redis = RedisServer::start_tls();
+    let ca = std::env::temp_dir().join(format!("sluice-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca, redis.tls_certificate()).unwrap();
+    let rules = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2, mode: synced, spans: 60 }\n";
+    let serve = Serve::start_with(
+        "tls",
+        &redis.url(),
+        &[("d.yaml", rules)],
+        &format!("store_ca_file: {}\n", ca.display()),
+    );
+    // Ready means the store answered over TLS.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            http_call(serve.admin, "GET", "/readyz", "").0 == 200
+        }),
+        "the TLS store was never reached"
+    );
+    let body = r#"{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"u"}]}]}"#;
+    let codes: Vec<u16> = (0..3)
+        .map(|_| http_call(serve.http, "POST", "/json", body).0)
+        .collect();
+    assert_eq!(codes, [200, 200, 429]);
+    // The counts reach the TLS Redis (a flush a second with 60 spans per minute).
+    assert!(wait_until(Duration::from_secs(5), || {
+        http_call(serve.admin, "GET", "/metrics", "")
+            .1
+            .contains("sluice_flushes_total{result=\"ok\"}")
+    }));
+    drop(serve);
+    std::fs::remove_file(&ca).unwrap();
+}

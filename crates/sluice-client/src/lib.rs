@@ -234,7 +234,13 @@ impl SluiceClient {
                 server.url, self.options.timeout
             )),
             Ok(Err(e)) => Attempt::Failed(format!("{}: {e}", server.url)),
-            Ok(Ok((status, bytes))) if status.is_success() => Attempt::Answer(bytes),
+            // `/json` answers 429 with the decision in the body when over the limit (as Envoy's
+            // ratelimit service does): an answer, not an error.
+            Ok(Ok((status, bytes)))
+                if status.is_success() || status == hyper::StatusCode::TOO_MANY_REQUESTS =>
+            {
+                Attempt::Answer(bytes)
+            }
             Ok(Ok((status, bytes))) if status.is_client_error() => {
                 let message = serde_json::from_slice::<serde_json::Value>(&bytes)
                     .ok()

@@ -94,6 +94,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             headers: HeaderStyle::Ietf,
             gateways: Vec::new(),
             expected_instances: 1,
+            store_ca_file: None,
         });
     }
     parse_service(file, &text)

@@ -234,6 +234,9 @@ pub struct ServiceConfig {
     /// the seed's MAX/N fallback, the share a newly started instance keeps to before it has
     /// heard from the store, and the split of `exact` mode's `on_store_error: local`.
     pub expected_instances: u64,
+    /// PEM root certificate(s) to trust for a `rediss://` store instead of the built-in web
+    /// roots (`store_ca_file`, resolved against the config file's directory).
+    pub store_ca_file: Option<PathBuf>,
 }
 
 const MAX_COST: i64 = 1_000_000_000;
@@ -800,6 +803,7 @@ impl ServiceConfig {
             headers,
             gateways,
             expected_instances,
+            store_ca_file: raw.store_ca_file.as_ref().map(|f| base.join(&f.value)),
         })
     }
 }

@@ -20,6 +20,7 @@ fn engine(server: &RedisServer, on_store_error: &str, clock: &ManualClock) -> En
         timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_millis(300),
         max_backoff: Duration::from_millis(100),
+        ..RedisStoreOptions::default()
     };
     let store = Arc::new(RedisStore::open(&server.url(), options).unwrap());
     Engine::new(

@@ -16,6 +16,7 @@ fn redis_store(server: &RedisServer) -> Arc<RedisStore> {
         timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_millis(300),
         max_backoff: Duration::from_millis(200),
+        ..RedisStoreOptions::default()
     };
     Arc::new(RedisStore::open(&server.url(), options).unwrap())
 }

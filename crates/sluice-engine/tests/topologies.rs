@@ -18,6 +18,7 @@ fn options() -> RedisStoreOptions {
         timeout: Duration::from_millis(500),
         connect_timeout: Duration::from_millis(500),
         max_backoff: Duration::from_millis(200),
+        ..RedisStoreOptions::default()
     }
 }
 

@@ -58,7 +58,7 @@ fn code_name(code: i32) -> &'static str {
 pub(crate) async fn should_rate_limit(
     State(state): State<Arc<ApiState>>,
     body: Bytes,
-) -> Result<Json<Value>, RequestError> {
+) -> Result<(axum::http::StatusCode, Json<Value>), RequestError> {
     let request: JsonRequest = parse_json(&body)?;
     let grpc = RateLimitRequest {
         domain: request.domain,
@@ -107,5 +107,11 @@ pub(crate) async fn should_rate_limit(
             .map(|h| json!({ "key": h.key, "value": h.value }))
             .collect();
     }
-    Ok(Json(out))
+    // As Envoy's ratelimit service: 429 when over the limit, 500 when the code is unknown.
+    let status = match Code::try_from(response.overall_code) {
+        Ok(Code::OverLimit) => axum::http::StatusCode::TOO_MANY_REQUESTS,
+        Ok(Code::Ok) => axum::http::StatusCode::OK,
+        _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    Ok((status, Json(out)))
 }

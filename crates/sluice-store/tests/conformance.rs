@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::ManualClock;
-use sluice_store::{MemoryStore, RedisStore, RedisStoreOptions, RedisTarget};
+use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions, RedisTarget};
 use sluice_testkit::{RedisCluster, RedisSentinel, RedisServer, conformance};
 
 fn options() -> RedisStoreOptions {
@@ -26,6 +26,48 @@ async fn redis_standalone_conforms() {
     let server = RedisServer::start();
     let store = RedisStore::open(&server.url(), options()).unwrap();
     conformance::run(&store, "standalone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_with_an_acl_user_conforms_and_a_wrong_password_is_a_clear_error() {
+    let server = RedisServer::start();
+    // A user limited to Sluice's keys (prefix `sluice:`) and the commands it needs; the default
+    // user switched off, so nothing works without logging in.
+    assert!(
+        server
+            .command("ACL SETUSER sluice on >s3cret ~sluice:* &* +@all")
+            .starts_with("+OK")
+    );
+    assert!(server.command("ACL SETUSER default off").starts_with("+OK"));
+    let url = format!("redis://sluice:s3cret@127.0.0.1:{}/", server.port());
+    let store = RedisStore::open(&url, options()).unwrap();
+    conformance::run(&store, "acl").await;
+
+    let wrong = format!("redis://sluice:nope@127.0.0.1:{}/", server.port());
+    let store = RedisStore::open(&wrong, options()).unwrap();
+    let err = store.time().await.unwrap_err().to_string();
+    assert!(
+        err.contains("WRONGPASS") || err.to_lowercase().contains("auth"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_conforms() {
+    let server = RedisServer::start_tls();
+    let trusting = RedisStoreOptions {
+        tls_root_pem: Some(server.tls_certificate()),
+        ..options()
+    };
+    let store = RedisStore::open(&server.url(), trusting).unwrap();
+    conformance::run(&store, "tls").await;
+    // Without trusting its certificate, the server is refused (verification is on).
+    let store = RedisStore::open(&server.url(), options()).unwrap();
+    assert!(store.time().await.is_err());
+    // The same port in plain text is refused (it speaks only TLS).
+    let plain = format!("redis://127.0.0.1:{}/", server.port());
+    let store = RedisStore::open(&plain, options()).unwrap();
+    assert!(store.time().await.is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

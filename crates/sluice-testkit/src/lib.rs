@@ -69,6 +69,7 @@ pub struct RedisServer {
     dir: PathBuf,
     child: Option<Child>,
     persistent: bool,
+    tls: bool,
 }
 
 impl RedisServer {
@@ -84,23 +85,109 @@ impl RedisServer {
         Self::start_with(true)
     }
 
-    fn start_with(persistent: bool) -> Self {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create redis dir");
-        let mut server = Self {
-            port,
-            dir,
-            child: None,
-            persistent,
+    /// Starts a server that speaks only TLS on its port, with a certificate for 127.0.0.1
+    /// signed by a CA made by `openssl` for this server (clients are not asked for
+    /// certificates). Its
+    /// [`RedisServer::url`] is `rediss://127.0.0.1:<port>/`; clients must trust
+    /// [`RedisServer::tls_certificate`].
+    pub fn start_tls() -> Self {
+        let mut server = Self::new(false, true);
+        // A CA, and a certificate for 127.0.0.1 signed by it (a self-signed server certificate
+        // is refused by webpki as a CA used as an end entity).
+        let dir = server.dir.clone();
+        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n")
+            .expect("write the certificate extensions");
+        let openssl = |args: &[&str]| {
+            let status = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("openssl is needed for the TLS fixture");
+            assert!(status.success(), "openssl {args:?} failed");
         };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=sluice-test-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "server.csr",
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "cert.pem",
+        ]);
         server.spawn();
         server
     }
 
+    fn start_with(persistent: bool) -> Self {
+        let mut server = Self::new(persistent, false);
+        server.spawn();
+        server
+    }
+
+    fn new(persistent: bool, tls: bool) -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("sluice-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create redis dir");
+        Self {
+            port,
+            dir,
+            child: None,
+            persistent,
+            tls,
+        }
+    }
+
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
+        let mut command = Command::new("redis-server");
+        if self.tls {
+            let file = |name: &str| self.dir.join(name).display().to_string();
+            command
+                .args(["--port", "0", "--tls-port", &self.port.to_string()])
+                .args(["--tls-cert-file", &file("cert.pem")])
+                .args(["--tls-key-file", &file("key.pem")])
+                .args(["--tls-ca-cert-file", &file("ca.pem")])
+                .args(["--tls-auth-clients", "no"]);
+        } else {
+            command.args(["--port", &self.port.to_string()]);
+        }
+        let child = command
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", if self.persistent { "yes" } else { "no" }])
@@ -114,7 +201,13 @@ impl RedisServer {
             );
         self.child = Some(child);
         for _ in 0..200 {
-            if ping(self.port) {
+            // A TLS server cannot be pinged in plain text: listening is enough.
+            let up = if self.tls {
+                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            } else {
+                ping(self.port)
+            };
+            if up {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -130,9 +223,19 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// The certificate (PEM) of the CA that signed the TLS server's certificate, to trust as
+    /// a root.
+    pub fn tls_certificate(&self) -> Vec<u8> {
+        std::fs::read(self.dir.join("ca.pem")).expect("a TLS server has a CA certificate")
+    }
+
+    /// `redis://127.0.0.1:<port>/` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        if self.tls {
+            format!("rediss://127.0.0.1:{}/", self.port)
+        } else {
+            format!("redis://127.0.0.1:{}/", self.port)
+        }
     }
 
     /// Kills the server with SIGKILL and waits for it to exit.

@@ -28,6 +28,9 @@ pub struct RedisStoreOptions {
     pub connect_timeout: Duration,
     /// Longest pause between reconnection attempts (they back off exponentially up to this).
     pub max_backoff: Duration,
+    /// For `rediss://` (standalone): PEM root certificate(s) to trust instead of the built-in
+    /// web roots, for servers with a private CA.
+    pub tls_root_pem: Option<Vec<u8>>,
 }
 
 impl Default for RedisStoreOptions {
@@ -36,6 +39,7 @@ impl Default for RedisStoreOptions {
             timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_millis(500),
             max_backoff: Duration::from_secs(2),
+            tls_root_pem: None,
         }
     }
 }
@@ -314,10 +318,22 @@ impl RedisStore {
     /// A store for any deployment. Does not connect yet: the first call does, and a store that
     /// cannot be reached makes calls fail fast (the engine falls back), never the start-up.
     pub fn connect(target: RedisTarget, options: RedisStoreOptions) -> Result<Self, StoreError> {
+        // redis-rs uses rustls for `rediss://`, and rustls needs a process-wide crypto provider
+        // (without one the first TLS connection panics). Installing it twice is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let (backend, description) = match &target {
             RedisTarget::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| StoreError::Refused(format!("invalid Redis URL: {e}")))?;
+                let client = match &options.tls_root_pem {
+                    Some(pem) if url.starts_with("rediss://") => redis::Client::build_with_tls(
+                        url.as_str(),
+                        redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(pem.clone()),
+                        },
+                    ),
+                    _ => redis::Client::open(url.as_str()),
+                }
+                .map_err(|e| StoreError::Refused(format!("invalid Redis URL or TLS roots: {e}")))?;
                 (
                     Backend::Standalone {
                         client,
