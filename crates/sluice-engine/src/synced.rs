@@ -88,6 +88,10 @@ pub(crate) struct KeyState {
     budget: u64,
     local_at_budget: u64,
     budget_set: bool,
+    /// Sliding window: when the budget was set and the share it was set with (the room the
+    /// previous window's decaying weight frees afterwards is shared the same way).
+    budget_at: Nanos,
+    budget_share: f32,
     /// A flush of this key failed (the store was unreachable) and none has succeeded since.
     cut_off: bool,
     /// After such a gap, the others' entries count as live until this time: they could not
@@ -214,9 +218,24 @@ impl KeyState {
     /// estimate leaves in the window.
     fn set_budget(&mut self, p: &SyncedParams, now: Nanos) {
         let room = (p.limit as f64 - self.estimate(p, now, true)).max(0.0);
-        self.budget = (room * self.share(p, now)).floor() as u64;
+        let share = self.share(p, now);
+        self.budget = (room * share).floor() as u64;
         self.local_at_budget = self.local;
         self.budget_set = true;
+        self.budget_at = now;
+        self.budget_share = share as f32;
+    }
+
+    /// The budget now: with a sliding window it grows as the previous window's weight decays.
+    fn budget_now(&self, p: &SyncedParams, now: Nanos) -> u64 {
+        if !p.sliding {
+            return self.budget;
+        }
+        let window_start = self.window * p.window_ns;
+        // The decay since the budget was set, within this window.
+        let from = self.budget_at.max(window_start);
+        let freed = self.prev_global as f64 * now.saturating_sub(from) as f64 / p.window_ns as f64;
+        self.budget + (freed * f64::from(self.budget_share)).floor() as u64
     }
 
     fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
@@ -318,7 +337,9 @@ impl KeyState {
                         // A new window before this instance's first reply in it.
                         self.set_budget(p, now);
                     }
-                    if self.local - self.local_at_budget.min(self.local) + cost > self.budget {
+                    if self.local - self.local_at_budget.min(self.local) + cost
+                        > self.budget_now(p, now)
+                    {
                         return (denied(reset_after), Some(Reason::Estimate));
                     }
                 }
