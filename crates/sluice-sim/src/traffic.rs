@@ -150,6 +150,18 @@ impl Keys {
     }
 }
 
+/// Poisson arrivals at `rate` per second in `[from, to)` (ns): calls `each` with each time.
+fn poisson(rng: &mut Rng, rate: f64, from: u64, to: u64, mut each: impl FnMut(&mut Rng, u64)) {
+    let mut t = from;
+    loop {
+        t = t.saturating_add(rng.exp_ns(rate));
+        if t >= to {
+            return;
+        }
+        each(rng, t);
+    }
+}
+
 /// Generates the requests; the same scenario gives the same list.
 pub(crate) fn generate(s: &Scenario) -> Generated {
     let duration = s.duration_s * NS;
@@ -186,16 +198,11 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 prefix,
             } if *rate > 0.0 => {
                 let ids = keys.range(prefix.as_deref(), *n);
-                let (mut t, end) = window(*start_s, *end_s);
-                loop {
-                    t += rng.exp_ns(*rate);
-                    if t >= end {
-                        break;
-                    }
-                    let node = pick(&mut rng, live.at(t), weights);
-                    let key = ids[rng.below(*n) as usize];
-                    push(t, node, key);
-                }
+                let (start, end) = window(*start_s, *end_s);
+                poisson(&mut rng, *rate, start, end, |rng, t| {
+                    let node = pick(rng, live.at(t), weights);
+                    push(t, node, ids[rng.below(*n) as usize]);
+                });
             }
             Traffic::Bursts {
                 rate,
@@ -213,16 +220,10 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 let mut burst = start;
                 while burst < end {
                     let stop = (burst + length).min(end);
-                    let mut t = burst;
-                    loop {
-                        t += rng.exp_ns(*rate);
-                        if t >= stop {
-                            break;
-                        }
-                        let node = pick(&mut rng, live.at(t), weights);
-                        let key = ids[rng.below(*n) as usize];
-                        push(t, node, key);
-                    }
+                    poisson(&mut rng, *rate, burst, stop, |rng, t| {
+                        let node = pick(rng, live.at(t), weights);
+                        push(t, node, ids[rng.below(*n) as usize]);
+                    });
                     burst += every.max(1);
                 }
             }
@@ -234,15 +235,11 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 end_s,
             } if *rate > 0.0 => {
                 let id = keys.intern(key);
-                let (mut t, end) = window(*start_s, Some(*end_s));
-                attacks.push((id, t));
-                loop {
-                    t += rng.exp_ns(*rate);
-                    if t >= end {
-                        break;
-                    }
+                let (start, end) = window(*start_s, Some(*end_s));
+                attacks.push((id, start));
+                poisson(&mut rng, *rate, start, end, |_, t| {
                     push(t, s.nodes.active(*node, t).then_some(*node), id);
-                }
+                });
             }
             Traffic::KeyAffinity {
                 rate,
@@ -253,12 +250,8 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 prefix,
             } if *rate > 0.0 => {
                 let ids = keys.range(prefix.as_deref(), *n);
-                let (mut t, end) = window(*start_s, *end_s);
-                loop {
-                    t += rng.exp_ns(*rate);
-                    if t >= end {
-                        break;
-                    }
+                let (start, end) = window(*start_s, *end_s);
+                poisson(&mut rng, *rate, start, end, |rng, t| {
                     let k = rng.below(*n);
                     let nodes = live.at(t);
                     // Rendezvous hashing: the home node stays put while others come and go.
@@ -269,10 +262,10 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                     let node = if rng.unit() < *affinity {
                         home
                     } else {
-                        pick(&mut rng, nodes, &[])
+                        pick(rng, nodes, &[])
                     };
                     push(t, node, ids[k as usize]);
-                }
+                });
             }
             Traffic::Diurnal {
                 min_rate,
@@ -283,22 +276,15 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 prefix,
             } if *max_rate > 0.0 => {
                 let ids = keys.range(prefix.as_deref(), *n);
-                let mut t = 0;
                 // Thinning: candidates at the peak rate, each kept with rate(t) / peak.
-                loop {
-                    t += rng.exp_ns(*max_rate);
-                    if t >= duration {
-                        break;
-                    }
+                poisson(&mut rng, *max_rate, 0, duration, |rng, t| {
                     let phase = (t as f64 / 1e9) / period_s * std::f64::consts::TAU;
                     let rate = min_rate + (max_rate - min_rate) * (1.0 - phase.cos()) / 2.0;
-                    if rng.unit() * max_rate >= rate {
-                        continue;
+                    if rng.unit() * max_rate < rate {
+                        let node = pick(rng, live.at(t), weights);
+                        push(t, node, ids[rng.below(*n) as usize]);
                     }
-                    let node = pick(&mut rng, live.at(t), weights);
-                    let key = ids[rng.below(*n) as usize];
-                    push(t, node, key);
-                }
+                });
             }
             Traffic::Trace { .. } => {
                 for e in traces.next().map(Vec::as_slice).unwrap_or_default() {
