@@ -1,7 +1,9 @@
 //! Connections to the three kinds of deployment.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
@@ -80,12 +82,29 @@ fn addr(host_port: &str, tls: bool) -> Result<ConnectionAddr, StoreError> {
 }
 
 /// Sentinel: asks the Sentinels for the master, keeps one multiplexed connection to it, and
-/// forgets it on any error that may mean a failover (I/O, timeout, READONLY), so the next call
-/// asks again. A master that was demoted refuses writes with READONLY, so no write is ever
-/// applied to it after the switch.
+/// forgets it on any error that may mean a failover (I/O, timeout, READONLY) and on Sentinel's
+/// `+switch-master` announcement, so the next call asks again.
+///
+/// Redis replicates asynchronously, so a failover can promote a replica that lacks the last
+/// writes, and the old master keeps accepting writes until Sentinel demotes it. So that no
+/// acknowledged count is lost: a flush to a master with replicas is acknowledged only once a
+/// replica has it (`WAIT 1`); a master that has lost the replicas it had (its replica was
+/// just promoted) is not written to until Sentinel announces the new master or 10 s pass;
+/// after an announcement only the announced master is used. A flush that is not acknowledged
+/// keeps its counts and sends them again: at worst counted twice, never lost.
 pub(super) struct SentinelBackend {
     client: tokio::sync::Mutex<SentinelClient>,
-    current: Mutex<Option<MultiplexedConnection>>,
+    current: Arc<Mutex<Option<MultiplexedConnection>>>,
+    sentinels: Vec<String>,
+    master: String,
+    watching: AtomicBool,
+    switches: Arc<AtomicU64>,
+    /// The master announced by the last `+switch-master`.
+    announced: Arc<Mutex<Option<(String, u16)>>>,
+    /// Replicas of the master of the current connection (ROLE when connecting).
+    pub(super) replicas: AtomicUsize,
+    /// Since when the named master has had no replica while the previous one had some.
+    lonely_since: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl SentinelBackend {
@@ -122,11 +141,76 @@ impl SentinelBackend {
         let client = builder.build().map_err(|e| map_error(&e))?;
         Ok(Self {
             client: tokio::sync::Mutex::new(client),
-            current: Mutex::new(None),
+            current: Arc::new(Mutex::new(None)),
+            sentinels: sentinels.clone(),
+            master: master.clone(),
+            watching: AtomicBool::new(false),
+            switches: Arc::new(AtomicU64::new(0)),
+            announced: Arc::new(Mutex::new(None)),
+            replicas: AtomicUsize::new(0),
+            lonely_since: Mutex::new(None),
         })
     }
 
+    pub(super) fn switches(&self) -> u64 {
+        self.switches.load(Ordering::Relaxed)
+    }
+
+    /// Starts (once, from inside the runtime) a task that listens for `+switch-master` on the
+    /// Sentinels (one at a time, moving on when one goes away) and drops the connection to the
+    /// old master as soon as this target's master changes. It ends when the store is dropped.
+    fn watch_switches(&self) {
+        if self.watching.swap(true, Ordering::Relaxed) || self.sentinels.is_empty() {
+            return;
+        }
+        let current = Arc::downgrade(&self.current);
+        let (switches, announced) = (self.switches.clone(), self.announced.clone());
+        let (sentinels, master) = (self.sentinels.clone(), self.master.clone());
+        tokio::spawn(async move {
+            use futures_util::StreamExt as _;
+            for addr in sentinels.iter().cycle() {
+                if current.strong_count() == 0 {
+                    return;
+                }
+                let subscribe = async {
+                    let client = redis::Client::open(format!("redis://{addr}/"))?;
+                    let mut pubsub = client.get_async_pubsub().await?;
+                    pubsub.subscribe("+switch-master").await?;
+                    Ok::<_, redis::RedisError>(pubsub)
+                };
+                let Ok(Ok(pubsub)) = tokio::time::timeout(Duration::from_secs(2), subscribe).await
+                else {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                };
+                let mut messages = pubsub.into_on_message();
+                while let Some(message) = messages.next().await {
+                    let Some(current) = current.upgrade() else {
+                        return;
+                    };
+                    // "<master name> <old ip> <old port> <new ip> <new port>"
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    let parts: Vec<&str> = payload.split_whitespace().collect();
+                    if parts.first() != Some(&master.as_str()) {
+                        continue;
+                    }
+                    if let (Some(host), Some(Ok(port))) =
+                        (parts.get(3), parts.get(4).map(|p| p.parse::<u16>()))
+                    {
+                        *announced.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(((*host).to_owned(), port));
+                    }
+                    current.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    switches.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(master = %master, switch = %payload, "Sentinel announced a new master");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+    }
+
     pub(super) async fn connection(&self, options: &RedisStoreOptions) -> Result<Conn, StoreError> {
+        self.watch_switches();
         if let Some(c) = self
             .current
             .lock()
@@ -142,6 +226,26 @@ impl SentinelBackend {
             .async_get_client()
             .await
             .map_err(|e| map_error(&e))?;
+        let resolved = match client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                Some((host.clone(), *port))
+            }
+            _ => None,
+        };
+        let announced = self
+            .announced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let is_announced = announced.is_some() && announced == resolved;
+        if let (Some(expected), Some(resolved)) = (&announced, &resolved)
+            && expected != resolved
+        {
+            return Err(StoreError::Unavailable(format!(
+                "Sentinel still names {}:{} as master; {}:{} was announced",
+                resolved.0, resolved.1, expected.0, expected.1
+            )));
+        }
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
             .set_response_timeout(Some(options.timeout));
@@ -160,6 +264,29 @@ impl SentinelBackend {
                 "the server Sentinel named is not a master yet".into(),
             ));
         }
+        // ROLE on a master: ["master", offset, [[host, port, offset], ...]].
+        let replicas = match &role {
+            Value::Array(parts) => match parts.get(2) {
+                Some(Value::Array(list)) => list.len(),
+                _ => 0,
+            },
+            _ => 0,
+        };
+        let had = self.replicas.load(Ordering::Relaxed);
+        {
+            let mut lonely = self.lonely_since.lock().unwrap_or_else(|p| p.into_inner());
+            if replicas == 0 && had > 0 && !is_announced {
+                // Its replica may just have been promoted: this master's writes would be lost.
+                let since = *lonely.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() < Duration::from_secs(10) {
+                    return Err(StoreError::Unavailable(
+                        "the master Sentinel names has lost its replicas (a failover in progress?); waiting for the announcement".into(),
+                    ));
+                }
+            }
+            *lonely = None;
+        }
+        self.replicas.store(replicas, Ordering::Relaxed);
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
         Ok(Conn::Multiplexed(conn))
     }

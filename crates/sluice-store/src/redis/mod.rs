@@ -309,6 +309,15 @@ fn redact(url: &str) -> String {
 }
 
 impl RedisStore {
+    /// Sentinel targets: how many `+switch-master` announcements for this master the store has
+    /// received (each one drops the connection to the old master at once). 0 for others.
+    pub fn master_switches_seen(&self) -> u64 {
+        match &self.backend {
+            Backend::Sentinel(s) => s.switches(),
+            _ => 0,
+        }
+    }
+
     /// A store for the server at `url` (`redis://[user:pass@]host:port/db` or `rediss://...`).
     /// Does not connect yet.
     pub fn open(url: &str, options: RedisStoreOptions) -> Result<Self, StoreError> {
@@ -452,10 +461,31 @@ impl RedisStore {
         }) {
             self.on_error(e);
         }
+        // Sentinel: acknowledged only once a replica has the counts (see SentinelBackend).
+        let mut round_trips = 1;
+        if let Backend::Sentinel(sentinel) = &self.backend
+            && sentinel.replicas.load(std::sync::atomic::Ordering::Relaxed) > 0
+        {
+            round_trips = 2;
+            let wait_ms = (self.options.timeout.as_millis() * 3 / 4).max(1) as u64;
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(wait_ms)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| map_error(&e))?;
+            if acked < 1 {
+                let error = StoreError::Unavailable(format!(
+                    "no replica acknowledged the flush within {wait_ms} ms (WAIT answered {acked}); its counts are kept and sent again"
+                ));
+                self.on_error(&error);
+                return Err(error);
+            }
+        }
         Ok(FlushReply {
             results,
             store_time,
-            round_trips: 1,
+            round_trips,
         })
     }
 
