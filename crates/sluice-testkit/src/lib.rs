@@ -382,7 +382,11 @@ impl RedisSentinel {
                 raw_command(p, &format!("SENTINEL REPLICAS {}", Self::MASTER))
                     .contains(&replica.to_string())
             }) && raw_command(replica, "INFO replication").contains("master_link_status:up")
+                // The replica acknowledges writes (Sluice waits for that on every flush).
+                && raw_command(master, "SET sluice-fixture 1").starts_with("+OK")
+                && raw_command(master, "WAIT 1 1000").starts_with(":1")
         });
+        let _ = raw_command(master, "DEL sluice-fixture");
         assert!(ready, "sentinel setup did not become ready");
         setup
     }
