@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use sluice_engine::FlushReport;
-use sluice_store::{
-    CounterKey, CounterStore, FlushItem, RedisStore, RedisStoreOptions, RedisTarget,
-};
+use sluice_store::{CounterKey, CounterStore, FlushItem, RedisStore, RedisStoreOptions};
 use sluice_testkit::{RedisCluster, RedisSentinel, conformance};
 
 fn options() -> RedisStoreOptions {
@@ -52,17 +50,7 @@ fn traffic(fleet: &Fleet, users: &[String], per_user: usize) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_while_flushing() {
     let sentinel = RedisSentinel::start();
-    let target = RedisTarget::Sentinel {
-        sentinels: sentinel
-            .sentinel_ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect(),
-        master: RedisSentinel::MASTER.to_owned(),
-        auth: None,
-        db: 0,
-        tls: false,
-    };
+    let target = sentinel.target();
     let store = Arc::new(RedisStore::connect(target, options()).unwrap());
     let rules = synced_rule(1_000_000, "1h", 360, "predictive", "fixed_window");
     let fleet = Fleet::new(&rules, store.clone(), &[0], false);
@@ -151,15 +139,7 @@ async fn sentinel_failover_while_flushing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_flush_per_node_and_after_a_master_dies() {
     let mut cluster = RedisCluster::start();
-    let target = RedisTarget::Cluster {
-        nodes: cluster
-            .ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect(),
-        auth: None,
-        tls: false,
-    };
+    let target = cluster.target();
     let store = Arc::new(RedisStore::connect(target, options()).unwrap());
     let rules = synced_rule(1_000_000, "1h", 360, "predictive", "fixed_window");
     let fleet = Fleet::new(&rules, store.clone(), &[0], false);

@@ -6,7 +6,9 @@
 //! Time moves from event to event: requests, and each node's flush timer, which fires on the
 //! node's own (skewed) span boundaries like `Engine::run_flusher` does in `sluice serve`. A
 //! flush that the store has not answered yet (latency) stays in flight while the node keeps
-//! deciding requests, and is polled every 5 ms of simulated time until it completes.
+//! deciding requests, and is polled every 5 ms of simulated time until it completes. Latency
+//! applies to flushes (and clock probes) only: an `exact` decision is atomic in the store, so
+//! latency would change its response time, not what is admitted.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -249,6 +251,7 @@ fn simulate(
     policy: &str,
     s: &Scenario,
     traffic: &Generated,
+    (busiest, observer): (u32, usize),
     progress: &mut dyn FnMut(u64),
 ) -> PolicyReport {
     let window_ns = s.rule.window_s * NS;
@@ -307,7 +310,6 @@ fn simulate(
         let secs = x / NS;
         store.set_available(!s.store.outages.iter().any(|&(a, b)| (a..b).contains(&secs)));
     };
-    let (busiest, observer) = busiest_and_observer(traffic, s.nodes.count);
     let busiest_request = [[(
         "key",
         traffic
@@ -553,7 +555,7 @@ pub fn run_with_progress(s: &Scenario, progress: &mut dyn FnMut(u64, u64)) -> Re
         policies: policies
             .iter()
             .map(|p| {
-                simulate(p, s, &traffic, &mut |n| {
+                simulate(p, s, &traffic, (busiest, observer), &mut |n| {
                     done += n;
                     progress(done, total);
                 })

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::ManualClock;
-use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions, RedisTarget};
+use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions};
 use sluice_testkit::{RedisCluster, RedisSentinel, RedisServer, conformance};
 
 fn options() -> RedisStoreOptions {
@@ -73,17 +73,7 @@ async fn redis_over_tls_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_sentinel_conforms() {
     let sentinel = RedisSentinel::start();
-    let target = RedisTarget::Sentinel {
-        sentinels: sentinel
-            .sentinel_ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect(),
-        master: RedisSentinel::MASTER.into(),
-        auth: None,
-        db: 0,
-        tls: false,
-    };
+    let target = sentinel.target();
     let store = RedisStore::connect(target, options()).unwrap();
     conformance::run(&store, "sentinel").await;
 }
@@ -91,15 +81,7 @@ async fn redis_sentinel_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_conforms() {
     let cluster = RedisCluster::start();
-    let target = RedisTarget::Cluster {
-        nodes: cluster
-            .ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect(),
-        auth: None,
-        tls: false,
-    };
+    let target = cluster.target();
     let store = RedisStore::connect(target, options()).unwrap();
     conformance::run(&store, "cluster").await;
 }

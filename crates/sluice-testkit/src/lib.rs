@@ -265,6 +265,11 @@ impl Drop for RedisServer {
     }
 }
 
+/// `127.0.0.1:<port>` for each port.
+fn loopback(ports: &[u16]) -> Vec<String> {
+    ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+}
+
 /// Waits up to `timeout` for `condition`, polling every 50 ms.
 pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let steps = (timeout.as_millis() / 50).max(1);
@@ -391,6 +396,17 @@ impl RedisSentinel {
         setup
     }
 
+    /// The store target for this setup (no auth, db 0, no TLS).
+    pub fn target(&self) -> sluice_store::RedisTarget {
+        sluice_store::RedisTarget::Sentinel {
+            sentinels: loopback(&self.sentinel_ports),
+            master: Self::MASTER.to_owned(),
+            auth: None,
+            db: 0,
+            tls: false,
+        }
+    }
+
     /// `redis+sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,127.0.0.1:<s3>/mymaster`.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
@@ -512,6 +528,15 @@ impl RedisCluster {
             "cluster did not reach cluster_state:ok with synced replicas"
         );
         cluster
+    }
+
+    /// The store target for this cluster (no auth, no TLS).
+    pub fn target(&self) -> sluice_store::RedisTarget {
+        sluice_store::RedisTarget::Cluster {
+            nodes: loopback(&self.ports),
+            auth: None,
+            tls: false,
+        }
     }
 
     /// `redis+cluster://127.0.0.1:<p1>,...`.
