@@ -57,15 +57,35 @@ if [ -x target/envoy-venv/bin/envoy ]; then
 fi
 sleep 3
 
+ROUNDS=${ROUNDS:-3}
+# Each target runs ROUNDS times, interleaved (the VM's speed drifts over a minute); the table
+# shows each target's median round.
 run() {
   local name=$1 port=$2
-  printf '%-34s ' "$name"
   wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H 'x-user-id: bench' "http://127.0.0.1:$port/" \
-    | awk '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} END {printf "%10s req/s   p50 %8s   p99 %8s\n", rps, p50, p99}'
+    | awk -v n="$name" '/Requests\/sec/ {rps=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} END {printf "%s|%s|%s|%s\n", n, rps, p50, p99}' >> "$W/results"
 }
-echo "wrk -t1 -c$CONNS -d$DURATION, 2 vCPUs shared by wrk, the proxy and the upstream"
-run "upstream direct (nginx return 200)" 18100
-run "nginx proxy_pass" 18101
-run "sluice gateway, limiting off" 18103
-run "sluice gateway, limiting on" 18102
-if [ -x target/envoy-venv/bin/envoy ]; then run "envoy + ratelimit filter -> sluice" 18104; fi
+echo "wrk -t1 -c$CONNS -d$DURATION x $ROUNDS rounds, 2 vCPUs shared by wrk, the proxy and the upstream"
+for _ in $(seq "$ROUNDS"); do
+  run "upstream direct (nginx return 200)" 18100
+  run "nginx proxy_pass" 18101
+  run "sluice gateway, limiting off" 18103
+  run "sluice gateway, limiting on" 18102
+  if [ -x target/envoy-venv/bin/envoy ]; then run "envoy + ratelimit filter -> sluice" 18104; fi
+done
+# Median round per target (by req/s), in the order first seen; then the ratios the targets name.
+awk -F'|' '
+  { if (!($1 in n)) order[++k] = $1; i = ++n[$1]; rps[$1, i] = $2; line[$1, i] = $0; all[$1] = all[$1] " " int($2) }
+  END {
+    for (j = 1; j <= k; j++) {
+      t = order[j]; c = n[t]
+      for (a = 1; a <= c; a++) { idx[a] = a }
+      for (a = 1; a <= c; a++) for (b = a + 1; b <= c; b++) if (rps[t, idx[b]] < rps[t, idx[a]]) { x = idx[a]; idx[a] = idx[b]; idx[b] = x }
+      m = idx[int((c + 1) / 2)]; split(line[t, m], f, "|"); med[t] = f[2]
+      printf "%-34s %10s req/s   p50 %8s   p99 %8s   (rounds:%s)\n", t, f[2], f[3], f[4], all[t]
+    }
+    on = med["sluice gateway, limiting on"]; off = med["sluice gateway, limiting off"]; ng = med["nginx proxy_pass"]; ev = med["envoy + ratelimit filter -> sluice"]
+    printf "on/off %.0f%%   on/nginx %.0f%%   off/nginx %.0f%%", 100 * on / off, 100 * on / ng, 100 * off / ng
+    if (ev > 0) printf "   on/envoy %.1fx", on / ev
+    printf "\n"
+  }' "$W/results"

@@ -125,37 +125,72 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
         ..RedisStoreOptions::default()
     };
     let store = Arc::new(RedisStore::open(&redis.url(), options).unwrap());
-    for policy in ["reactive", "predictive"] {
-        let engine = Engine::new(
-            &rules(policy),
-            &Default::default(),
-            store.clone(),
-            shared.clone(),
-            EngineOptions {
-                follow_store_clock: false,
-                ..EngineOptions::default()
-            },
-        );
-        let keys: Vec<String> = (0..100_000).map(|i| format!("user-{i}")).collect();
+    // `predictive` alone on its keys exchanges entries only on a key's first flush in a window;
+    // `predictive-shared`: a second instance counts the same keys (flushed before each
+    // measured flush), so every flush exchanges entries (three commands per key).
+    for (name, policy, instances) in [
+        ("reactive", "reactive", 1),
+        ("predictive", "predictive", 1),
+        ("predictive-shared", "predictive", 2),
+    ] {
+        let make = |node: &str| {
+            Engine::new(
+                &rules(policy),
+                &Default::default(),
+                store.clone(),
+                shared.clone(),
+                EngineOptions {
+                    follow_store_clock: false,
+                    node_id: Some(format!("{name}-{node}")),
+                    ..EngineOptions::default()
+                },
+            )
+        };
+        // Each variant starts on a window boundary: round 0 is the keys' first flush in the
+        // window (it also sets TTLs and reads the previous window), rounds 1-4 are steady.
+        let window = 60_000_000_000;
+        clock.set((clock.now() / window + 1) * window);
+        let engine = make("a");
+        let other = (instances > 1).then(|| make("b"));
+        let keys: Vec<String> = (0..100_000).map(|i| format!("{name}-{i}")).collect();
         let mut times = Vec::new();
         for round in 0..5 {
             for k in &keys {
                 now_or_never(engine.check("d", &[[("user", k.as_str())]], 1)).unwrap();
             }
+            if let Some(other) = &other {
+                for k in &keys {
+                    now_or_never(other.check("d", &[[("user", k.as_str())]], 1)).unwrap();
+                }
+                rt.block_on(other.flush());
+            }
+            let commands_before = commands_processed(&redis);
             let start = quanta::Instant::now();
             let report = rt.block_on(engine.flush());
             let took = start.elapsed();
+            let commands = commands_processed(&redis).saturating_sub(commands_before + 1);
             assert_eq!(report.failed, 0, "{report:?}");
             println!(
-                "flush/{policy} round {round}: {} keys in {:.1} ms, {} round trip(s)",
+                "flush/{name} round {round}: {} keys in {:.1} ms, {} round trip(s), {:.2} commands per key",
                 report.items,
                 took.as_secs_f64() * 1e3,
-                report.round_trips
+                report.round_trips,
+                commands as f64 / report.items.max(1) as f64
             );
             times.push(took.as_secs_f64() * 1e3);
             clock.advance(Duration::from_secs(10));
         }
         times.sort_by(f64::total_cmp);
-        println!("flush/{policy}: median {:.1} ms for 100k keys", times[2]);
+        println!("flush/{name}: median {:.1} ms for 100k keys", times[2]);
     }
+}
+
+/// The server's count of commands processed so far (`INFO stats`).
+fn commands_processed(redis: &sluice_testkit::RedisServer) -> u64 {
+    redis
+        .command("INFO stats")
+        .lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }

@@ -37,6 +37,10 @@ impl SyncedParams {
     }
 }
 
+/// The name given to counts no entry accounts for (never compared with real node ids).
+static UNLISTED: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from("(unlisted)"));
+
 /// Another instance's entry for a key.
 #[derive(Clone, Debug)]
 struct Other {
@@ -46,6 +50,10 @@ struct Other {
     at: Nanos,
     /// Demand, hits per nanosecond.
     rate: f64,
+    /// Counts in the window total that no entry accounts for: instances that do not publish
+    /// entries (one alone on the key since the window began, a `reactive` one). Their rate is
+    /// the count's average over the window so far.
+    unlisted: bool,
 }
 
 /// One key's state. Guarded by its own mutex: different keys never contend.
@@ -80,6 +88,10 @@ pub(crate) struct KeyState {
     rate_at: Nanos,
     others: Vec<Other>,
     seen_entries: bool,
+    /// The last reply showed another instance on the key (an entry, or counts no entry
+    /// accounts for): flushes exchange entries. Alone, a flush only adds its count (one
+    /// command instead of three) and the total tells when someone else starts counting.
+    shared: bool,
     /// Whether the previous window's total has been read in this window.
     prev_known: bool,
     /// Predictive: what this instance may admit until its next flush reply (its demand share
@@ -493,7 +505,15 @@ impl SyncedRule {
                 }
                 s.offered = 0;
                 s.rate_at = now;
-                let entry = (p.policy != Policy::Reactive).then(|| NodeEntry {
+                // Entries are exchanged on the key's first flush in a window and whenever the key
+                // is shared (or was, before a gap); alone, the total is enough.
+                let exchange = p.policy != Policy::Reactive
+                    && (!s.prev_known
+                        || s.shared
+                        || !s.others.is_empty()
+                        || s.cut_off
+                        || now <= s.grace_until);
+                let entry = exchange.then(|| NodeEntry {
                     node: node.clone(),
                     count: s.local,
                     at_ms: now / 1_000_000,
@@ -572,9 +592,26 @@ impl SyncedRule {
                         s.prev_global = s.prev_global.max(previous);
                         s.prev_known = true;
                     }
+                    let window_start = s.window * p.window_ns;
+                    // What the total holds beyond our own count and every listed entry's.
+                    let own = s.local_at_global;
+                    let listed: u64 = outcome
+                        .entries
+                        .iter()
+                        .filter(|e| &*e.node != node)
+                        .map(|e| e.count)
+                        .sum();
+                    let unlisted = outcome.total.saturating_sub(own.saturating_add(listed));
+                    let unlisted = (unlisted > 0 && p.policy != Policy::Reactive).then(|| Other {
+                        node: UNLISTED.clone(),
+                        count: unlisted,
+                        at: now,
+                        rate: unlisted as f64
+                            / now.saturating_sub(window_start).max(p.span_ns) as f64,
+                        unlisted: true,
+                    });
                     if !outcome.entries.is_empty() {
                         s.seen_entries = true;
-                        let window_start = s.window * p.window_ns;
                         // An entry already stale when the store answers belongs to an instance
                         // that left: drop it, or the next window roll would re-date it and
                         // bring it back to life. After an outage every entry is old: keep them.
@@ -593,20 +630,30 @@ impl SyncedRule {
                                 count: e.count,
                                 at: e.at_ms.saturating_mul(1_000_000),
                                 rate: e.rate_milli as f64 / 1e12,
+                                unlisted: false,
                             })
                             .collect();
                         // Instances known from the previous window that have not flushed in this
                         // one yet keep their carried rate until they go stale (one that did
-                        // report, even stale, is judged by its report above).
+                        // report, even stale, is judged by its report above). The unlisted
+                        // counts are worked out afresh from each total.
                         for o in s.others.drain(..) {
-                            if o.at <= window_start
+                            if !o.unlisted
+                                && o.at <= window_start
                                 && !outcome.entries.iter().any(|n| n.node == o.node)
                             {
                                 others.push(o);
                             }
                         }
+                        others.extend(unlisted);
                         s.others = others;
+                    } else if s.seen_entries {
+                        // A flush that only added its count: until now the key was ours alone,
+                        // and anything beyond our count is someone else's.
+                        s.others.retain(|o| !o.unlisted);
+                        s.others.extend(unlisted);
                     }
+                    s.shared = !s.others.is_empty();
                     if outcome.total > p.limit {
                         s.block(p, now);
                     }

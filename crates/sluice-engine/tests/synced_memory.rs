@@ -111,7 +111,9 @@ async fn an_instance_that_stops_drops_out_within_two_spans() {
             .key_info("d", &[("user", "alice")])[0]
             .live_instances
     };
-    // 25 s of traffic on all three (the third instance stops at 25 s).
+    // 25 s of traffic on all three (the third instance stops at 25 s). Instance 0 flushes
+    // first at 10 s and sees only itself; at 20 s, flushing alone, it sees counts beyond its
+    // own (one unlisted group); from its flush at 30 s on it exchanges entries with each.
     for n in 0..50u64 {
         store_clock.set(t);
         fleet.set_time(t);
@@ -119,17 +121,20 @@ async fn an_instance_that_stops_drops_out_within_two_spans() {
         fleet.check((n % 3) as usize, "alice");
         t += step;
     }
-    assert_eq!(live(&fleet), 3);
+    assert!(live(&fleet) >= 2);
     let mut n = 0u64;
     let stopped_at = t;
+    let mut all_three_seen = false;
     while t < stopped_at + 3 * 10 * SECOND {
         store_clock.set(t);
         fleet.set_time(t);
         fleet.flush_due().await;
         fleet.check((n % 2) as usize, "alice");
+        all_three_seen |= live(&fleet) == 3;
         n += 1;
         t += step;
     }
+    assert!(all_three_seen, "instance 0 never saw the three instances");
     // Three spans later (the third instance's last entry is at most one span older than its
     // last hit), it no longer counts as live.
     assert_eq!(live(&fleet), 2);
