@@ -487,7 +487,7 @@ impl Engine {
             ),
             RuleKind::Local(local) => with_key(values(), |key| {
                 if local.len() >= self.max_keys && !local.contains(key) {
-                    return self.overflow(engine, key, now, cost);
+                    return self.overflow(engine, key, now, cost, 1);
                 }
                 let d = local.check(key, now, cost);
                 let reason = matches!(d, Decision::Denied(_)).then_some(Reason::LocalBudget);
@@ -497,7 +497,9 @@ impl Engine {
                 let store_ok = self.store_ok.load(Ordering::Relaxed);
                 with_key(values(), |key| {
                     if synced.keys.len() >= self.max_keys && !synced.keys.pin().contains_key(key) {
-                        return self.overflow(engine, key, now, cost);
+                        // Untracked keys are never synced: each instance keeps to its share.
+                        let instances = synced.params.expected_instances;
+                        return self.overflow(engine, key, now, cost, instances);
                     }
                     synced.check(key, now, cost, store_ok)
                 })
@@ -517,15 +519,20 @@ impl Engine {
         }
     }
 
+    /// Decides a key beyond the rule's cap with the rule's fixed-size sketch, locally. For a
+    /// synced rule each of the `instances` expected keeps to its share of the limit (rounded
+    /// up), since these counts never reach the store.
     fn overflow(
         &self,
         engine: &RuleEngine,
         key: &str,
         now: Nanos,
         cost: u64,
+        instances: u64,
     ) -> (Decision, Option<Reason>) {
         counter!("sluice_overflow_checks_total", "rule" => engine.id.to_string()).increment(1);
         let (limit, window) = engine.limit.unwrap_or((u64::MAX, Duration::from_secs(1)));
+        let limit = limit.div_ceil(instances.max(1));
         let window_ns = sluice_core::duration_to_nanos(window).max(1);
         let reset = Duration::from_nanos(window_ns - now % window_ns);
         if engine

@@ -720,3 +720,10 @@ fn restore(s: &mut KeyState, window: u64, count: u64) {
     // Older than the previous window: its key has expired in the store and no decision
     // depends on it any more.
 }
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        eprintln!("PROBE KeyState {} SyncedKey {} Other {}", std::mem::size_of::<super::KeyState>(), std::mem::size_of::<super::SyncedKey>(), std::mem::size_of::<super::Other>());
+    }
+}

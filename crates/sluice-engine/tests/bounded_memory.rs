@@ -79,3 +79,42 @@ async fn spraying_keys_is_capped_and_still_limited() {
         );
     }
 }
+
+#[tokio::test]
+async fn keys_beyond_the_cap_of_a_synced_rule_keep_to_this_instances_share() {
+    // Sketched keys are not synced, so with 4 instances expected each admits a quarter of the
+    // limit (20 per minute of 80) for them; tracked keys get the whole limit.
+    let rules = rules(
+        "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 80, mode: synced }\n",
+    );
+    let clock = ManualClock::new(T0);
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let engine = Engine::new(
+        &rules,
+        &Default::default(),
+        Arc::new(MemoryStore::new(shared.clone())),
+        shared,
+        EngineOptions {
+            max_keys_per_rule: 1,
+            shared_store: true,
+            expected_instances: 4,
+            ..EngineOptions::default()
+        },
+    );
+    let admitted = |ip: &str| {
+        (0..100)
+            .filter(|_| {
+                now_or_never(engine.check("d", &[[("ip", ip)]], 1))
+                    .unwrap()
+                    .unwrap()
+                    .allowed
+            })
+            .count()
+    };
+    // The tracked key: cold start keeps to MAX/(4 * 6 spans) = 3 in the first span; the
+    // flush reply lifts it (the only instance), so after a flush it gets the rest.
+    assert_eq!(admitted("192.0.2.1"), 3);
+    engine.flush().await;
+    assert_eq!(admitted("192.0.2.1"), 77);
+    assert_eq!(admitted("192.0.2.2"), 20, "a key beyond the cap");
+}
