@@ -56,37 +56,87 @@ struct Other {
     unlisted: bool,
 }
 
+/// A count that belongs to a window: `Option<WindowCount>` takes 16 bytes where
+/// `Option<(u64, u64)>` takes 24 (the window is kept plus one, so zero is the niche).
+#[derive(Clone, Copy, Debug)]
+struct WindowCount {
+    window_plus_one: std::num::NonZeroU64,
+    count: u64,
+}
+
+impl WindowCount {
+    fn new(window: u64, count: u64) -> Self {
+        Self {
+            window_plus_one: std::num::NonZeroU64::MIN.saturating_add(window),
+            count,
+        }
+    }
+
+    fn window(self) -> u64 {
+        self.window_plus_one.get() - 1
+    }
+
+    fn pair(self) -> (u64, u64) {
+        (self.window(), self.count)
+    }
+}
+
+/// The other instances a key knows of: boxed, so a key counted by this instance alone (most
+/// keys under a key-spraying attack) pays one pointer for them instead of an empty `Vec`.
+#[derive(Debug, Default)]
+struct Others(Option<Box<Vec<Other>>>);
+
+impl Others {
+    fn as_slice(&self) -> &[Other] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Other] {
+        self.0.as_deref_mut().map_or(&mut [], Vec::as_mut_slice)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+
+    fn take(&mut self) -> Vec<Other> {
+        self.0.take().map(|b| *b).unwrap_or_default()
+    }
+
+    fn set(&mut self, others: Vec<Other>) {
+        self.0 = (!others.is_empty()).then(|| Box::new(others));
+    }
+}
+
 /// One key's state. Guarded by its own mutex: different keys never contend.
 #[derive(Debug, Default)]
 pub(crate) struct KeyState {
     initialized: bool,
     window: u64,
-    /// End of `window` and of the current span: the hot path compares instead of dividing.
-    window_end: Nanos,
+    /// End of the current span: the hot path compares instead of dividing.
     span_end: Nanos,
     /// Admitted here in `window`.
     local: u64,
     /// Admitted here in `window` and not yet sent.
     unflushed: u64,
     /// Sent in the flush in progress: (window, count).
-    in_flight: Option<(u64, u64)>,
+    in_flight: Option<WindowCount>,
     /// Counts of the previous window that never reached the store.
-    carry: Option<(u64, u64)>,
-    carry_in_flight: Option<(u64, u64)>,
+    carry: Option<WindowCount>,
+    carry_in_flight: Option<WindowCount>,
     /// Window total read at the last flush, and `local` at that moment.
     global: u64,
     local_at_global: u64,
     /// The previous window's totals (node estimate, sliding estimate).
     prev_global: u64,
     prev_local: u64,
-    span: u64,
     span_count: u64,
     blocked_until: Nanos,
     /// Hits offered (admitted or not) since the last flush, and the demand EWMA in hits/ns.
     offered: u64,
     rate: f64,
     rate_at: Nanos,
-    others: Vec<Other>,
+    others: Others,
     seen_entries: bool,
     /// The last reply showed another instance on the key (an entry, or counts no entry
     /// accounts for): flushes exchange entries. Alone, a flush only adds its count (one
@@ -116,11 +166,10 @@ pub(crate) struct KeyState {
 
 impl KeyState {
     fn roll(&mut self, p: &SyncedParams, now: Nanos) {
-        if now < self.window_end {
+        if self.initialized && now < (self.window + 1).saturating_mul(p.window_ns) {
             return;
         }
         let w = now / p.window_ns;
-        self.window_end = (w + 1).saturating_mul(p.window_ns);
         if !self.initialized {
             self.initialized = true;
             self.window = w;
@@ -135,12 +184,12 @@ impl KeyState {
         if self.unflushed > 0 {
             // Nothing lost: the unsent count goes to its own window while that key lives
             // (two windows). Older carries no longer matter for any decision.
-            let carried = match self.carry {
+            let carried = match self.carry.map(WindowCount::pair) {
                 Some((cw, cc)) if cw == self.window => cc + self.unflushed,
                 _ => self.unflushed,
             };
-            self.carry = (gap <= 1).then_some((self.window, carried));
-        } else if self.carry.is_some_and(|(cw, _)| w.saturating_sub(cw) > 1) {
+            self.carry = (gap <= 1).then(|| WindowCount::new(self.window, carried));
+        } else if self.carry.is_some_and(|c| w.saturating_sub(c.window()) > 1) {
             self.carry = None;
         }
         let window_total = self.global + (self.local - self.local_at_global.min(self.local));
@@ -150,7 +199,7 @@ impl KeyState {
             (0, 0)
         };
         let window_start = w * p.window_ns;
-        for other in &mut self.others {
+        for other in self.others.as_mut_slice() {
             // Carry each instance's demand rate into the new window (DESIGN.md: "at the start
             // of a window ... the others' demand rates from the previous window are used").
             other.count = 0;
@@ -177,7 +226,7 @@ impl KeyState {
     fn estimate(&self, p: &SyncedParams, now: Nanos, store_ok: bool) -> f64 {
         let window_start = self.window * p.window_ns;
         let mut others = 0.0;
-        for o in &self.others {
+        for o in self.others.as_slice() {
             others += o.count as f64;
             // An entry not refreshed for two spans belongs to an instance that left; while the
             // store is silent nobody refreshes, so entries do not go stale then.
@@ -213,7 +262,7 @@ impl KeyState {
     /// This instance's share of the key's demand (its rate over all live instances' rates).
     fn share(&self, p: &SyncedParams, now: Nanos) -> f64 {
         let (mut total, mut live) = (self.rate, 1.0);
-        for o in &self.others {
+        for o in self.others.as_slice() {
             if now <= self.grace_until || self.fresh(p, o, now) {
                 total += o.rate;
                 live += 1.0;
@@ -252,6 +301,7 @@ impl KeyState {
 
     fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
         self.others
+            .as_slice()
             .iter()
             .filter(|o| now <= self.grace_until || self.fresh(p, o, now))
             .count()
@@ -277,10 +327,8 @@ impl KeyState {
         if now >= self.span_end {
             let span = now / p.span_ns;
             self.span_end = (span + 1).saturating_mul(p.span_ns);
-            if span != self.span {
-                self.span = span;
-                self.span_count = 0;
-            }
+            // The span end only moves forward: this is a new span.
+            self.span_count = 0;
         }
         self.last_hit = now;
         let window_end = (self.window + 1) * p.window_ns;
@@ -390,13 +438,13 @@ impl SyncedKey {
 pub(crate) struct SyncedRule {
     pub params: SyncedParams,
     pub rule_id: Arc<str>,
-    pub keys: HashMap<String, SyncedKey, FastHasher>,
+    pub keys: HashMap<Box<str>, SyncedKey, FastHasher>,
 }
 
 /// What a flush needs to apply a reply to one key.
 pub(crate) struct PendingFlush {
     /// The key's name in the rule's map.
-    pub name: String,
+    pub name: Box<str>,
     /// Index in the items of the carry item, if any.
     pub carry_item: Option<usize>,
     /// Index of the current-window item, if any.
@@ -429,7 +477,7 @@ impl SyncedRule {
             Some(k) => k,
             None => self
                 .keys
-                .get_or_insert_with(key.to_owned(), SyncedKey::default, &guard),
+                .get_or_insert_with(key.into(), SyncedKey::default, &guard),
         };
         entry.lock().check(&self.params, now, cost, store_ok)
     }
@@ -460,12 +508,12 @@ impl SyncedRule {
     ) -> usize {
         let p = &self.params;
         let guard = self.keys.guard();
-        let mut idle: Vec<String> = Vec::new();
+        let mut idle: Vec<Box<str>> = Vec::new();
         for (name, key) in self.keys.iter(&guard) {
             let mut s = key.lock();
             s.roll(p, now);
             let mut flush = PendingFlush {
-                name: String::new(),
+                name: Box::default(),
                 carry_item: None,
                 window_item: None,
             };
@@ -479,7 +527,7 @@ impl SyncedRule {
                     })
                     .clone()
             };
-            if let Some((cw, cc)) = s.carry.take() {
+            if let Some((cw, cc)) = s.carry.take().map(WindowCount::pair) {
                 flush.carry_item = Some(items.len());
                 items.push(FlushItem {
                     key: store_key(),
@@ -491,7 +539,7 @@ impl SyncedRule {
                     // The window's key may not exist yet (the store was down all along).
                     first_write: true,
                 });
-                s.carry_in_flight = Some((cw, cc));
+                s.carry_in_flight = Some(WindowCount::new(cw, cc));
             }
             if s.unflushed > 0 || s.offered > 0 {
                 let elapsed = now.saturating_sub(s.rate_at);
@@ -529,7 +577,7 @@ impl SyncedRule {
                     want_previous: !s.prev_known,
                     first_write: !s.prev_known,
                 });
-                s.in_flight = Some((s.window, s.unflushed));
+                s.in_flight = Some(WindowCount::new(s.window, s.unflushed));
                 s.unflushed = 0;
             } else if s.carry_in_flight.is_none()
                 && s.in_flight.is_none()
@@ -539,7 +587,7 @@ impl SyncedRule {
                 idle.push(name.clone());
             }
             if flush.carry_item.is_some() || flush.window_item.is_some() {
-                flush.name.clone_from(name);
+                flush.name = name.clone();
                 pending.push(flush);
             }
         }
@@ -559,13 +607,16 @@ impl SyncedRule {
     ) -> bool {
         let p = &self.params;
         let guard = self.keys.guard();
-        let Some(key) = self.keys.get(pending.name.as_str(), &guard) else {
+        let Some(key) = self.keys.get(&*pending.name, &guard) else {
             // Only idle keys are removed, and a key with counts in flight is not idle.
             return false;
         };
         let mut s = key.lock();
         let mut ok = true;
-        if let (Some(i), Some((cw, cc))) = (pending.carry_item, s.carry_in_flight.take())
+        if let (Some(i), Some((cw, cc))) = (
+            pending.carry_item,
+            s.carry_in_flight.take().map(WindowCount::pair),
+        )
             && !matches!(results.and_then(|r| r.get(i)), Some(Ok(_)))
         {
             ok = false;
@@ -574,7 +625,7 @@ impl SyncedRule {
         let Some(i) = pending.window_item else {
             return ok;
         };
-        let Some((fw, fc)) = s.in_flight.take() else {
+        let Some((fw, fc)) = s.in_flight.take().map(WindowCount::pair) else {
             return ok;
         };
         match results.and_then(|r| r.get(i)) {
@@ -637,7 +688,7 @@ impl SyncedRule {
                         // one yet keep their carried rate until they go stale (one that did
                         // report, even stale, is judged by its report above). The unlisted
                         // counts are worked out afresh from each total.
-                        for o in s.others.drain(..) {
+                        for o in s.others.take() {
                             if !o.unlisted
                                 && o.at <= window_start
                                 && !outcome.entries.iter().any(|n| n.node == o.node)
@@ -646,12 +697,14 @@ impl SyncedRule {
                             }
                         }
                         others.extend(unlisted);
-                        s.others = others;
+                        s.others.set(others);
                     } else if s.seen_entries {
                         // A flush that only added its count: until now the key was ours alone,
                         // and anything beyond our count is someone else's.
-                        s.others.retain(|o| !o.unlisted);
-                        s.others.extend(unlisted);
+                        let mut others = s.others.take();
+                        others.retain(|o| !o.unlisted);
+                        others.extend(unlisted);
+                        s.others.set(others);
                     }
                     s.shared = !s.others.is_empty();
                     if outcome.total > p.limit {
@@ -687,7 +740,7 @@ impl SyncedRule {
             node_estimate: s.node_estimate(),
             estimate: s.estimate(&self.params, now, true),
             blocked_until: s.blocked_until,
-            unflushed: s.unflushed + s.carry.map_or(0, |c| c.1),
+            unflushed: s.unflushed + s.carry.map_or(0, |c| c.count),
         })
     }
 
@@ -712,18 +765,11 @@ fn restore(s: &mut KeyState, window: u64, count: u64) {
     if window == s.window {
         s.unflushed += count;
     } else if window + 1 == s.window {
-        s.carry = Some(match s.carry {
-            Some((cw, cc)) if cw == window => (cw, cc + count),
-            _ => (window, count),
+        s.carry = Some(match s.carry.map(WindowCount::pair) {
+            Some((cw, cc)) if cw == window => WindowCount::new(cw, cc + count),
+            _ => WindowCount::new(window, count),
         });
     }
     // Older than the previous window: its key has expired in the store and no decision
     // depends on it any more.
-}
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn sizes() {
-        eprintln!("PROBE KeyState {} SyncedKey {} Other {}", std::mem::size_of::<super::KeyState>(), std::mem::size_of::<super::SyncedKey>(), std::mem::size_of::<super::Other>());
-    }
 }
