@@ -51,6 +51,11 @@ gateways:
 CONF
 RUST_LOG=error TOKIO_WORKER_THREADS=${SLUICE_THREADS:-2} ./target/release/sluice serve --config "$W/on.yaml" &
 RUST_LOG=error TOKIO_WORKER_THREADS=${SLUICE_THREADS:-2} ./target/release/sluice serve --config "$W/off.yaml" &
+# SLUICE_B=/path/to/another/sluice: that binary too, limiting on, for an A/B in the same run.
+if [ -n "${SLUICE_B:-}" ]; then
+  sed -e 's/1811/1813/g' -e 's/18102/18105/' "$W/on.yaml" > "$W/b.yaml"
+  RUST_LOG=error TOKIO_WORKER_THREADS=${SLUICE_THREADS:-2} "$SLUICE_B" serve --config "$W/b.yaml" &
+fi
 if [ -x target/envoy-venv/bin/envoy ]; then
   sed -e 's/port_value: 10000/port_value: 18104/' -e 's/port_value: 3000/port_value: 18100/' -e 's/port_value: 8081/port_value: 18111/' examples/envoy.yaml > "$W/envoy.yaml"
   target/envoy-venv/bin/envoy -c "$W/envoy.yaml" --concurrency 1 --log-level error --base-id 18104 > "$W/envoy.log" 2>&1 &
@@ -71,6 +76,7 @@ for _ in $(seq "$ROUNDS"); do
   run "nginx proxy_pass" 18101
   run "sluice gateway, limiting off" 18103
   run "sluice gateway, limiting on" 18102
+  if [ -n "${SLUICE_B:-}" ]; then run "sluice gateway, limiting on (B)" 18105; fi
   if [ -x target/envoy-venv/bin/envoy ]; then run "envoy + ratelimit filter -> sluice" 18104; fi
 done
 # Median round per target (by req/s), in the order first seen; then the ratios the targets name.

@@ -8,12 +8,6 @@ use clap::{Parser, Subcommand};
 mod check;
 mod serve;
 
-// The gateway allocates a little per proxied request (headers, URIs, body frames); glibc's
-// malloc cost ~7% of its CPU under load (perf, docs/BENCHMARKS.md). mimalloc's thread-local
-// free lists make that cheaper.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Sluice: a distributed rate limiter.
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version, about, long_about = None)]
