@@ -97,6 +97,8 @@ pub struct PolicyReport {
     pub store_ops_per_s: f64,
     /// Store round trips per request.
     pub store_ops_per_request: f64,
+    /// Redis commands those round trips would take, per request (`INCRBY`, `HSET`, ...).
+    pub store_commands_per_request: f64,
     /// Admitted per window for the busiest key.
     pub busiest_key_admitted: Vec<u64>,
     /// The largest over-admission of any key per window, % of the limit.
@@ -495,6 +497,7 @@ fn simulate(
         store_ops: ops,
         store_ops_per_s: ops as f64 / s.duration_s as f64,
         store_ops_per_request: per_request(ops),
+        store_commands_per_request: per_request(store.commands()),
         busiest_key_admitted: (0..windows as u64)
             .map(|w| tally.busiest_series.get(&w).copied().unwrap_or(0))
             .collect(),
@@ -568,11 +571,11 @@ impl Report {
     /// The report as a Markdown table (for docs/ACCURACY.md).
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| policy | requests | admitted | over max | over mean | over p99 | false denials | reaction s | store ops/s | ops/request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| policy | requests | admitted | over max | over mean | over p99 | false denials | reaction s | store ops/s | ops/request | commands/request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for p in &self.policies {
             out.push_str(&format!(
-                "| {} | {} | {} | {:.1}% | {:.2}% | {:.1}% | {:.3}% | {} | {:.2} | {:.4} |\n",
+                "| {} | {} | {} | {:.1}% | {:.2}% | {:.1}% | {:.3}% | {} | {:.2} | {:.4} | {:.4} |\n",
                 p.policy,
                 p.requests,
                 p.admitted,
@@ -583,7 +586,8 @@ impl Report {
                 p.attack_reaction_s
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}")),
                 p.store_ops_per_s,
-                p.store_ops_per_request
+                p.store_ops_per_request,
+                p.store_commands_per_request
             ));
         }
         out
@@ -592,7 +596,7 @@ impl Report {
     /// The report as a table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "limit {} per {} s, {} spans, {} nodes, {} s simulated\n{:<20} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}\n",
+            "limit {} per {} s, {} spans, {} nodes, {} s simulated\n{:<20} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9}\n",
             self.limit,
             self.window_s,
             self.spans,
@@ -607,14 +611,15 @@ impl Report {
             "false den",
             "react s",
             "ops/s",
-            "ops/req"
+            "ops/req",
+            "cmds/req"
         );
         for p in &self.policies {
             let react = p
                 .attack_reaction_s
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}"));
             out.push_str(&format!(
-                "{:<20} {:>9} {:>9} {:>7.1}% {:>7.2}% {:>7.1}% {:>8.3}% {:>8} {:>9.2} {:>9.4}\n",
+                "{:<20} {:>9} {:>9} {:>7.1}% {:>7.2}% {:>7.1}% {:>8.3}% {:>8} {:>9.2} {:>9.4} {:>9.4}\n",
                 p.policy,
                 p.requests,
                 p.admitted,
@@ -624,7 +629,8 @@ impl Report {
                 p.false_denial_pct,
                 react,
                 p.store_ops_per_s,
-                p.store_ops_per_request
+                p.store_ops_per_request,
+                p.store_commands_per_request
             ));
         }
         out

@@ -100,6 +100,17 @@ pub struct FlushItem {
     pub first_write: bool,
 }
 
+impl FlushItem {
+    /// The Redis commands this item costs in a flush pipeline: `INCRBY`; on a first write
+    /// `PEXPIRE`; `GET` of the previous window when asked; with an entry `HSET`, `HGETALL`
+    /// (and `PEXPIRE` on a first write). The memory store counts the same, so the simulator
+    /// reports the load a Redis would take.
+    pub fn redis_commands(&self) -> u64 {
+        let first = u64::from(self.first_write);
+        1 + first + u64::from(self.want_previous) + self.entry.as_ref().map_or(0, |_| 2 + first)
+    }
+}
+
 /// What the store holds for one flushed key after the flush.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlushOutcome {

@@ -39,6 +39,7 @@ pub struct MemoryStore {
     latency_ns: AtomicU64,
     clock_latency_ns: AtomicU64,
     operations: AtomicU64,
+    commands: AtomicU64,
 }
 
 impl MemoryStore {
@@ -51,6 +52,7 @@ impl MemoryStore {
             latency_ns: AtomicU64::new(0),
             clock_latency_ns: AtomicU64::new(0),
             operations: AtomicU64::new(0),
+            commands: AtomicU64::new(0),
         }
     }
 
@@ -77,6 +79,13 @@ impl MemoryStore {
     /// Round trips served so far (a flush is one, an exact decision is one).
     pub fn operations(&self) -> u64 {
         self.operations.load(Ordering::Relaxed)
+    }
+
+    /// The Redis commands the round trips served so far would have taken
+    /// ([`FlushItem::redis_commands`] per item, one `TIME` per flush, one script call per exact
+    /// decision, one `TIME` per clock read).
+    pub fn commands(&self) -> u64 {
+        self.commands.load(Ordering::Relaxed)
     }
 
     /// The global count of `key` in `window`, as a reader would see it.
@@ -220,15 +229,25 @@ impl MemoryStore {
 
 impl CounterStore for MemoryStore {
     fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
-        Box::pin(self.round_trip(move || Ok(self.flush_now(items))))
+        Box::pin(self.round_trip(move || {
+            let commands = 1 + items.iter().map(FlushItem::redis_commands).sum::<u64>();
+            self.commands.fetch_add(commands, Ordering::Relaxed);
+            Ok(self.flush_now(items))
+        }))
     }
 
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
-        Box::pin(self.round_trip(move || self.exact_now(request)))
+        Box::pin(self.round_trip(move || {
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            self.exact_now(request)
+        }))
     }
 
     fn time(&self) -> StoreFuture<'_, Nanos> {
-        Box::pin(self.round_trip(move || Ok(self.clock.now())))
+        Box::pin(self.round_trip(move || {
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            Ok(self.clock.now())
+        }))
     }
 
     fn describe(&self) -> String {

@@ -597,3 +597,35 @@ impl CounterStore for RedisStore {
         self.description.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pipeline_sends_what_redis_commands_counts() {
+        let entry = NodeEntry {
+            node: "a".into(),
+            count: 3,
+            at_ms: 1,
+            rate_milli: 2,
+        };
+        for first_write in [false, true] {
+            for want_previous in [false, true] {
+                for entry in [None, Some(entry.clone())] {
+                    let item = FlushItem {
+                        key: "k".into(),
+                        window: 5,
+                        delta: 1,
+                        ttl: Duration::from_secs(2),
+                        entry,
+                        want_previous,
+                        first_write,
+                    };
+                    let (_, _, n) = flush_pipeline(&[&item], false);
+                    assert_eq!(n as u64, item.redis_commands(), "{item:?}");
+                }
+            }
+        }
+    }
+}
