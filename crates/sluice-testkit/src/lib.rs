@@ -469,16 +469,36 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts six nodes, joins them with `redis-cli --cluster create`, waits for `cluster_state:ok`.
+    /// A machine under load (a cold CI build running every test at once) can make one attempt
+    /// fail; it is retried twice on fresh ports, and the last failure says what redis-cli said.
     pub fn start() -> Self {
+        let mut errors = Vec::new();
+        for _ in 0..3 {
+            match Self::try_start() {
+                Ok(cluster) => return cluster,
+                Err(e) => errors.push(e),
+            }
+        }
+        panic!(
+            "could not start a Redis Cluster in 3 attempts:\n{}",
+            errors.join("\n")
+        );
+    }
+
+    fn try_start() -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "sluice-cluster-{}-{}",
             std::process::id(),
             free_port()
         ));
         let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
+        // The cluster bus gets its own free port: the default (port + 10000) can be taken, or
+        // above 65535 for an ephemeral port.
+        let bus_ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
         let children = ports
             .iter()
-            .map(|&p| {
+            .zip(&bus_ports)
+            .map(|(&p, &bus)| {
                 let conf = format!("nodes-{p}.conf");
                 Some(spawn_redis(
                     p,
@@ -488,12 +508,15 @@ impl RedisCluster {
                         "yes",
                         "--cluster-config-file",
                         &conf,
+                        "--cluster-port",
+                        &bus.to_string(),
                         "--cluster-node-timeout",
                         "1500",
                     ],
                 ))
             })
             .collect();
+        // From here on, dropping `cluster` stops the nodes and removes the directory.
         let cluster = Self {
             dir,
             ports,
@@ -504,15 +527,23 @@ impl RedisCluster {
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        let status = Command::new("redis-cli")
+        let output = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&nodes)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
+            .stdin(Stdio::null())
+            .output()
             .expect("redis-cli is not installed: run the README test command, which installs it");
-        assert!(status.success(), "redis-cli --cluster create failed");
+        if !output.status.success() {
+            let said = String::from_utf8_lossy(&output.stdout);
+            let tail: Vec<&str> = said.lines().rev().take(8).collect();
+            return Err(format!(
+                "redis-cli --cluster create failed ({}): {} {}",
+                output.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
         // Ready when every node sees a healthy cluster and every replica has synced (a replica
         // that never synced cannot take over from its master).
         let ok = wait_until(Duration::from_secs(30), || {
@@ -523,11 +554,10 @@ impl RedisCluster {
                 }
             }) && cluster.master_ports().len() == 3
         });
-        assert!(
-            ok,
-            "cluster did not reach cluster_state:ok with synced replicas"
-        );
-        cluster
+        if !ok {
+            return Err("cluster did not reach cluster_state:ok with synced replicas".into());
+        }
+        Ok(cluster)
     }
 
     /// The store target for this cluster (no auth, no TLS).
