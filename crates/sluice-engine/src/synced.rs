@@ -142,10 +142,6 @@ pub(crate) struct KeyState {
     rate_at: Nanos,
     others: Others,
     seen_entries: bool,
-    /// The last reply showed another instance on the key (an entry, or counts no entry
-    /// accounts for): flushes exchange entries. Alone, a flush only adds its count (one
-    /// command instead of three) and the total tells when someone else starts counting.
-    shared: bool,
     /// Whether the previous window's total has been read in this window.
     prev_known: bool,
     /// Predictive: what this instance may admit until its next flush reply (its demand share
@@ -558,13 +554,11 @@ impl SyncedRule {
                 s.offered = 0;
                 s.rate_at = now;
                 // Entries are exchanged on the key's first flush in a window and whenever the key
-                // is shared (or was, before a gap); alone, the total is enough.
+                // is shared: the last reply showed another instance (an entry, or counts no
+                // entry accounts for), or a gap just ended. Alone, a flush only adds its count
+                // (one command instead of three) and the total tells when someone else starts.
                 let exchange = p.policy != Policy::Reactive
-                    && (!s.prev_known
-                        || s.shared
-                        || !s.others.is_empty()
-                        || s.cut_off
-                        || now <= s.grace_until);
+                    && (!s.prev_known || !s.others.is_empty() || s.cut_off || now <= s.grace_until);
                 let entry = exchange.then(|| NodeEntry {
                     node: node.clone(),
                     count: s.local,
@@ -709,7 +703,6 @@ impl SyncedRule {
                         others.extend(unlisted);
                         s.others.set(others);
                     }
-                    s.shared = !s.others.is_empty();
                     if outcome.total > p.limit {
                         s.block(p, now);
                     }
