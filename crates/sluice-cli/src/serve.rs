@@ -191,6 +191,87 @@ async fn bind(what: &str, addr: std::net::SocketAddr) -> anyhow::Result<tokio::n
         .with_context(|| format!("cannot listen on {addr} ({what}); is another process using it?"))
 }
 
+/// Gateway worker threads when the config does not say: one per CPU.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+/// `count` listening sockets on one address, spread over by the kernel (`SO_REUSEPORT`): one
+/// per gateway worker thread, as nginx's workers do. A plain bind first checks that no other
+/// process listens there (sockets with `SO_REUSEPORT` would otherwise share the port with
+/// another `sluice serve` of the same user without a word) and picks the port for `:0`.
+fn bind_workers(
+    addr: std::net::SocketAddr,
+    count: usize,
+) -> anyhow::Result<Vec<std::net::TcpListener>> {
+    let open = |addr: std::net::SocketAddr, reuse_port: bool| -> std::io::Result<socket2::Socket> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(reuse_port)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        Ok(socket)
+    };
+    let context = || format!("cannot listen on {addr} (gateway); is another process using it?");
+    let bound = {
+        let probe = open(addr, false).with_context(context)?;
+        probe.listen(1)?;
+        probe
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .with_context(context)?
+    };
+    (0..count.max(1))
+        .map(|_| {
+            let socket = open(bound, true).with_context(context)?;
+            socket.listen(1024).with_context(context)?;
+            Ok(socket.into())
+        })
+        .collect()
+}
+
+/// One gateway worker: a thread with its own single-threaded runtime, listener and upstream
+/// connection pool, so a request never crosses threads (no work stealing, no shared pool lock).
+/// The engine is shared; its flush runs on the main runtime.
+fn spawn_gateway_worker(
+    index: usize,
+    listener: std::net::TcpListener,
+    engine: SharedEngine,
+    gateway: sluice_config::Gateway,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
+    std::thread::Builder::new()
+        .name(format!("gateway-{index}"))
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start a gateway worker's runtime")?;
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)
+                    .context("cannot register the gateway listener")?;
+                let router =
+                    sluice_http::gateway_router(engine, &gateway, gateway.upstream_timeout);
+                let mut stop = stop;
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+                .context("gateway listener")
+            })
+        })
+        .context("cannot start a gateway worker thread")
+}
+
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = sluice_config::load(config_path)?;
@@ -231,7 +312,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let admin_listener = bind("admin", config.listen.admin).await?;
     let mut gateway_listeners = Vec::with_capacity(config.gateways.len());
     for g in &config.gateways {
-        gateway_listeners.push((bind("gateway", g.listen).await?, g.clone()));
+        let workers = g.workers.map_or_else(cpus, std::num::NonZeroUsize::get);
+        gateway_listeners.push((bind_workers(g.listen, workers)?, g.clone()));
     }
     tracing::info!(
         http = %config.listen.http, grpc = %config.listen.grpc, admin = %config.listen.admin,
@@ -320,16 +402,22 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     };
 
     let mut gateways = tokio::task::JoinSet::new();
-    for (listener, gateway) in gateway_listeners {
-        let router =
-            sluice_http::gateway_router(engine.clone(), &gateway, gateway.upstream_timeout);
-        tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, "gateway serving");
-        let serve = axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
-        gateways.spawn(async move { serve.await });
+    for (listeners, gateway) in gateway_listeners {
+        tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, workers = listeners.len(), "gateway serving");
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let worker = spawn_gateway_worker(
+                i,
+                listener,
+                engine.clone(),
+                gateway.clone(),
+                stop_rx.clone(),
+            )?;
+            gateways.spawn_blocking(move || {
+                worker
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a gateway worker panicked")))
+            });
+        }
     }
     let servers = tokio::spawn(async move {
         let (h, a, g) = tokio::join!(http, admin, grpc);
@@ -337,7 +425,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         a.context("admin listener")?;
         g.context("grpc listener")?;
         while let Some(done) = gateways.join_next().await {
-            done.context("gateway task")?.context("gateway listener")?;
+            done.context("gateway task")?.context("gateway worker")?;
         }
         anyhow::Ok(())
     });

@@ -250,3 +250,79 @@ async fn upstream_failures_are_502_and_504_never_429_and_http2_clients_are_serve
     }
     assert_eq!(statuses, [200, 200, 200, 429], "over one HTTP/2 connection");
 }
+
+/// Names of the gateway worker threads of a process (Linux: `/proc/<pid>/task/*/comm`).
+fn gateway_threads(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| n.starts_with("gateway-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_workers_share_one_engine_hold_the_port_and_stop_cleanly() {
+    let (up, upstream_hits) = upstream();
+    let port = free_port();
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 40 }\n";
+    let yaml = gateway_yaml(port, up)
+        .replace("    headers: both\n", "    headers: both\n    workers: 4\n");
+    let mut gw = Serve::start_with("gwworkers", "memory://", &[("edge.yaml", rules)], &yaml);
+    assert_eq!(
+        gateway_threads(gw.pid()),
+        ["gateway-0", "gateway-1", "gateway-2", "gateway-3"],
+        "one thread per configured worker"
+    );
+    // 120 requests for one user, each on its own connection, from 6 client threads: the kernel
+    // spreads the connections over the 4 workers, which count in one engine.
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            std::thread::spawn(move || {
+                (0..20)
+                    .map(|_| status(&get(port, "alice")))
+                    .collect::<Vec<u16>>()
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = clients
+        .into_iter()
+        .flat_map(|c| c.join().expect("client thread"))
+        .collect();
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    let denied = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((ok, denied), (40, 80), "statuses: {statuses:?}");
+    assert_eq!(upstream_hits.load(Ordering::Relaxed), 40);
+
+    // A second process cannot take the port the workers share.
+    let dir = std::env::temp_dir().join(format!("sluice-gw-clash-{}", free_port()));
+    std::fs::create_dir_all(dir.join("rules")).unwrap();
+    std::fs::write(dir.join("rules/edge.yaml"), rules).unwrap();
+    let (h, g, a) = (free_port(), free_port(), free_port());
+    std::fs::write(
+        dir.join("sluice.yaml"),
+        format!("store: memory://\nlisten:\n  http: 127.0.0.1:{h}\n  grpc: 127.0.0.1:{g}\n  admin: 127.0.0.1:{a}\nrules: [rules/]\n{yaml}"),
+    )
+    .unwrap();
+    let clash = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config"])
+        .arg(dir.join("sluice.yaml"))
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run a second sluice serve");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&clash.stderr);
+    assert!(!clash.status.success(), "the second process must not start");
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port} (gateway)")),
+        "{stderr}"
+    );
+    assert_eq!(status(&get(port, "bob")), 200, "the first one still serves");
+
+    // SIGTERM stops every worker and the process exits cleanly.
+    assert!(gw.terminate().success());
+}

@@ -107,6 +107,7 @@ pub(crate) struct RawGateway {
     pub domain: Spanned<String>,
     pub headers: Option<Spanned<String>>,
     pub upstream_timeout: Option<Spanned<String>>,
+    pub workers: Option<Spanned<i64>>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }

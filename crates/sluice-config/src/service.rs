@@ -206,6 +206,9 @@ pub struct Gateway {
     pub routes: Vec<Route>,
     /// How long the upstream may take to send its response head (default 30 s; then 504).
     pub upstream_timeout: std::time::Duration,
+    /// Threads serving it, each with its own listening socket (`SO_REUSEPORT`) and upstream
+    /// connections (`workers`; `None`: one per CPU).
+    pub workers: Option<std::num::NonZeroUsize>,
 }
 
 /// A validated `sluice.yaml` with its rule files loaded.
@@ -659,6 +662,25 @@ fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway, Located> {
             .map(|t| crate::rules::parse_positive_duration("upstream_timeout", t, false))
             .transpose()?
             .unwrap_or(std::time::Duration::from_secs(30)),
+        workers: raw
+            .workers
+            .as_ref()
+            .map(|n| {
+                usize::try_from(n.value)
+                    .ok()
+                    .filter(|w| (1..=1024).contains(w))
+                    .and_then(std::num::NonZeroUsize::new)
+                    .ok_or_else(|| {
+                        Located::at(
+                            n,
+                            format!(
+                                "workers must be between 1 and 1024, found {}; leave it out for one per CPU",
+                                n.value
+                            ),
+                        )
+                    })
+            })
+            .transpose()?,
     })
 }
 

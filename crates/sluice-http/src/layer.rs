@@ -13,7 +13,7 @@ use sluice_config::{HeaderStyle, Route};
 use sluice_engine::Engine;
 
 use crate::actions::{RequestParts, client_address, descriptors, route_matches};
-use crate::headers::{add_rate_limit_headers, retry_after_secs};
+use crate::headers::{add_rate_limit_headers, rate_limit_fields, retry_after_secs};
 
 /// How a gateway or service limits: the domain its rules live in, its routes (first match
 /// wins; each builds descriptors and has a cost), the header style, and how many
@@ -166,11 +166,10 @@ where
                 add_rate_limit_headers(headers, &verdict, policy.headers);
                 return Ok(response);
             }
-            let mut headers = http::HeaderMap::new();
-            add_rate_limit_headers(&mut headers, &verdict, policy.headers);
+            let fields = rate_limit_fields(&verdict, policy.headers);
             drop(verdict);
             let mut response = inner.call(req).await?.map(Either::Left);
-            response.headers_mut().extend(headers);
+            fields.insert_into(response.headers_mut());
             Ok(response)
         })
     }

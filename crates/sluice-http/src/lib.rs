@@ -11,5 +11,5 @@ mod layer;
 
 pub use actions::{Descriptor, RequestParts, client_address, descriptors, route_matches};
 pub use gateway::gateway_router;
-pub use headers::{add_rate_limit_headers, retry_after_secs};
+pub use headers::{RateLimitFields, add_rate_limit_headers, rate_limit_fields, retry_after_secs};
 pub use layer::{LimitPolicy, RateLimit, RateLimitLayer};

@@ -103,6 +103,10 @@ impl Serve {
         self.wait_healthy();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn rules_dir(&self) -> PathBuf {
         self.dir.join("rules")
     }
