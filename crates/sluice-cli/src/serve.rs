@@ -256,7 +256,8 @@ fn spawn_gateway_worker(
                 let listener = tokio::net::TcpListener::from_std(listener)
                     .context("cannot register the gateway listener")?;
                 let router =
-                    sluice_http::gateway_router(engine, &gateway, gateway.upstream_timeout);
+                    sluice_http::gateway_router(engine, &gateway, gateway.upstream_timeout)
+                        .with_context(|| format!("invalid upstream `{}`", gateway.upstream))?;
                 let mut stop = stop;
                 axum::serve(
                     listener,
@@ -312,6 +313,11 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let admin_listener = bind("admin", config.listen.admin).await?;
     let mut gateway_listeners = Vec::with_capacity(config.gateways.len());
     for g in &config.gateways {
+        // Checked here so that a bad upstream stops the start, not a worker later on.
+        g.upstream
+            .trim_start_matches("http://")
+            .parse::<axum::http::uri::Authority>()
+            .with_context(|| format!("invalid gateway upstream `{}`", g.upstream))?;
         let workers = g.workers.map_or_else(cpus, std::num::NonZeroUsize::get);
         gateway_listeners.push((bind_workers(g.listen, workers)?, g.clone()));
     }

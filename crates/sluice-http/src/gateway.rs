@@ -19,38 +19,43 @@ use sluice_engine::Engine;
 use crate::layer::{LimitPolicy, RateLimitLayer};
 
 /// Headers that describe one connection, not the request: never forwarded (RFC 9110 7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "upgrade",
+/// (Names as constants: looking a header up by `&str` parses the name on every request.)
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::TRANSFER_ENCODING,
 ];
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 struct Upstream {
     client: Client<HttpConnector, Body>,
-    authority: String,
+    authority: http::uri::Authority,
     timeout: Duration,
 }
 
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
-        headers.remove(name);
+    if headers.contains_key(header::CONNECTION) {
+        let listed: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        for name in listed {
+            headers.remove(name);
+        }
     }
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
-    headers.remove(header::TRANSFER_ENCODING);
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
@@ -70,7 +75,7 @@ async fn proxy(
         .to_owned();
     let Ok(uri) = Uri::builder()
         .scheme("http")
-        .authority(up.authority.as_str())
+        .authority(up.authority.clone())
         .path_and_query(path)
         .build()
     else {
@@ -82,12 +87,12 @@ async fn proxy(
     strip_hop_by_hop(headers);
     // X-Forwarded-For: append the peer; Forwarded (RFC 7239) likewise.
     let ip = peer.ip().to_string();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(prev) => format!("{prev}, {ip}"),
         None => ip.clone(),
     };
     if let Ok(v) = HeaderValue::from_str(&xff) {
-        headers.insert("x-forwarded-for", v);
+        headers.insert(X_FORWARDED_FOR, v);
     }
     let node = if peer.is_ipv6() {
         format!("\"[{ip}]\"")
@@ -97,7 +102,7 @@ async fn proxy(
     if let Ok(v) = HeaderValue::from_str(&format!("for={node};proto=http")) {
         headers.append(header::FORWARDED, v);
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     match tokio::time::timeout(up.timeout, up.client.request(req)).await {
         Err(_) => error(
             StatusCode::GATEWAY_TIMEOUT,
@@ -118,11 +123,14 @@ async fn proxy(
 /// The gateway's router: rate limiting in front of a streaming reverse proxy to
 /// `gateway.upstream`. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
 /// An upstream that is down gives 502 (504 on timeout), never 429.
+///
+/// # Errors
+/// When `gateway.upstream` does not name a valid host and port.
 pub fn gateway_router(
     engine: Arc<ArcSwap<Engine>>,
     gateway: &Gateway,
     upstream_timeout: Duration,
-) -> axum::Router {
+) -> Result<axum::Router, http::uri::InvalidUri> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -131,7 +139,7 @@ pub fn gateway_router(
         .build(connector);
     let upstream = Arc::new(Upstream {
         client,
-        authority: gateway.upstream.trim_start_matches("http://").to_owned(),
+        authority: gateway.upstream.trim_start_matches("http://").parse()?,
         timeout: upstream_timeout,
     });
     let layer = RateLimitLayer::new(
@@ -143,8 +151,8 @@ pub fn gateway_router(
             trusted_hops: 0,
         },
     );
-    axum::Router::new()
+    Ok(axum::Router::new()
         .fallback(proxy)
         .with_state(upstream)
-        .layer(layer)
+        .layer(layer))
 }
