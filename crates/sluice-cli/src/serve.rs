@@ -49,6 +49,8 @@ fn store_of(
             tls,
             auth,
             db,
+            sentinel_auth,
+            sentinel_tls,
         } => (
             Arc::new(RedisStore::connect(
                 RedisTarget::Sentinel {
@@ -57,6 +59,8 @@ fn store_of(
                     auth: auth.clone(),
                     db: *db,
                     tls: *tls,
+                    sentinel_auth: sentinel_auth.clone(),
+                    sentinel_tls: *sentinel_tls,
                 },
                 options,
             )?),

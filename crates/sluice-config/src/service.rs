@@ -32,6 +32,10 @@ pub enum StoreConfig {
         auth: Option<(Option<String>, String)>,
         /// Database number.
         db: u32,
+        /// ACL user and password for the Sentinels (`?sentinel_username=..&sentinel_password=..`).
+        sentinel_auth: Option<(Option<String>, String)>,
+        /// TLS to the Sentinels (`?sentinel_tls=true`).
+        sentinel_tls: bool,
     },
     /// Redis Cluster.
     Cluster {
@@ -282,12 +286,74 @@ fn split_authority(rest: &str) -> (Option<&str>, &str, Option<&str>) {
     }
 }
 
+/// `user:password` or `password`, percent-decoded (a password may hold `@`, `/` or `:` as
+/// `%40`, `%2F`, `%3A`).
 fn parse_auth(userinfo: Option<&str>) -> Option<(Option<String>, String)> {
     let info = userinfo?;
     match info.split_once(':') {
-        Some((user, pass)) => Some(((!user.is_empty()).then(|| user.to_owned()), pass.to_owned())),
-        None => Some((None, info.to_owned())),
+        Some((user, pass)) => Some(((!user.is_empty()).then(|| decode(user)), decode(pass))),
+        None => Some((None, decode(info))),
     }
+}
+
+fn decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Sentinel URL options: `sentinel_username`, `sentinel_password`, `sentinel_tls`.
+struct SentinelOptions {
+    auth: Option<(Option<String>, String)>,
+    tls: bool,
+}
+
+fn sentinel_options(value: &Spanned<String>, query: &str) -> Result<SentinelOptions, Located> {
+    let (mut user, mut password, mut tls) = (None, None, false);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "sentinel_username" => user = Some(decode(v)),
+            "sentinel_password" => password = Some(decode(v)),
+            "sentinel_tls" => {
+                tls = match v {
+                    "true" | "yes" | "1" => true,
+                    "false" | "no" | "0" => false,
+                    other => {
+                        return Err(Located::at(
+                            value,
+                            format!(
+                                "invalid sentinel_tls `{other}` in store URL; write `sentinel_tls=true` or `false`"
+                            ),
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(Located::at(
+                    value,
+                    format!(
+                        "unknown store URL option `{other}`; {}",
+                        suggestion(
+                            other,
+                            &["sentinel_username", "sentinel_password", "sentinel_tls"]
+                        )
+                    ),
+                ));
+            }
+        }
+    }
+    let auth = match (user, password) {
+        (user, Some(password)) => Some((user, password)),
+        (Some(_), None) => {
+            return Err(Located::at(
+                value,
+                "store URL sets `sentinel_username` without `sentinel_password`",
+            ));
+        }
+        (None, None) => None,
+    };
+    Ok(SentinelOptions { auth, tls })
 }
 
 fn parse_hosts(
@@ -366,6 +432,8 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
             })
         }
         "redis+sentinel" | "rediss+sentinel" => {
+            let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let options = sentinel_options(value, query)?;
             let (userinfo, hosts, path) = split_authority(rest);
             let mut parts = path.unwrap_or("").split('/');
             let master = parts.next().unwrap_or("").to_owned();
@@ -387,6 +455,8 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
                 tls: scheme.starts_with("rediss"),
                 auth: parse_auth(userinfo),
                 db,
+                sentinel_auth: options.auth,
+                sentinel_tls: options.tls,
             })
         }
         "redis+cluster" | "rediss+cluster" => {
@@ -844,4 +914,66 @@ fn unknown_domain(name: &Spanned<String>, rules: &RuleSet) -> Located {
             name.value
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreConfig;
+
+    fn store(url: &str) -> Result<StoreConfig, String> {
+        crate::parse_service(std::path::Path::new("t.yaml"), &format!("store: {url}\n"))
+            .map(|c| c.store)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn sentinel_urls_carry_logins_for_the_data_nodes_and_the_sentinels() {
+        let StoreConfig::Sentinel {
+            sentinels,
+            master,
+            auth,
+            db,
+            tls,
+            sentinel_auth,
+            sentinel_tls,
+        } = store("rediss+sentinel://app:p%40ss@s1,s2:26380/mymaster/2?sentinel_username=watch&sentinel_password=s%2Fcret&sentinel_tls=true")
+            .unwrap()
+        else {
+            panic!("not a sentinel store");
+        };
+        assert_eq!(sentinels, ["s1:26379", "s2:26380"]);
+        assert_eq!(
+            (master.as_str(), db, tls, sentinel_tls),
+            ("mymaster", 2, true, true)
+        );
+        assert_eq!(auth, Some((Some("app".into()), "p@ss".into())));
+        assert_eq!(sentinel_auth, Some((Some("watch".into()), "s/cret".into())));
+
+        let StoreConfig::Sentinel {
+            sentinel_auth,
+            sentinel_tls,
+            ..
+        } = store("redis+sentinel://s1/m?sentinel_password=x").unwrap()
+        else {
+            panic!("not a sentinel store");
+        };
+        assert_eq!(
+            (sentinel_auth, sentinel_tls),
+            (Some((None, "x".into())), false)
+        );
+    }
+
+    #[test]
+    fn bad_sentinel_url_options_are_named() {
+        let e = store("redis+sentinel://s1/m?sentinel_pasword=x").unwrap_err();
+        assert!(
+            e.contains("unknown store URL option `sentinel_pasword`")
+                && e.contains("`sentinel_password`"),
+            "{e}"
+        );
+        let e = store("redis+sentinel://s1/m?sentinel_tls=maybe").unwrap_err();
+        assert!(e.contains("invalid sentinel_tls `maybe`"), "{e}");
+        let e = store("redis+sentinel://s1/m?sentinel_username=u").unwrap_err();
+        assert!(e.contains("without `sentinel_password`"), "{e}");
+    }
 }

@@ -49,7 +49,41 @@ fn traffic(fleet: &Fleet, users: &[String], per_user: usize) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_while_flushing() {
-    let sentinel = RedisSentinel::start();
+    failover_while_flushing(RedisSentinel::start(), None).await;
+}
+
+/// The same with `requirepass` on the Sentinels and (another one) on the data nodes: the
+/// resolver and the `+switch-master` watcher log in to the Sentinels. Without the Sentinels'
+/// password the store fails with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_with_passwords() {
+    let sentinel = RedisSentinel::start_with_passwords(Some("s-pass"), Some("d-pass"));
+    let no_login = sluice_store::RedisTarget::Sentinel {
+        sentinels: sentinel
+            .sentinel_ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect(),
+        master: RedisSentinel::MASTER.to_owned(),
+        auth: Some((None, "d-pass".into())),
+        db: 0,
+        tls: false,
+        sentinel_auth: None,
+        sentinel_tls: false,
+    };
+    let refused = RedisStore::connect(no_login, options()).unwrap();
+    let item = conformance::item(&CounterKey::new("d/user", &["u"]), 1, 1, None);
+    let error = refused.flush(&[item]).await.expect_err("no Sentinel login");
+    let text = error.to_string();
+    eprintln!("without the Sentinels' password: {text}");
+    assert!(
+        text.contains("NOAUTH") || text.to_ascii_lowercase().contains("auth"),
+        "the error names the missing login: {text}"
+    );
+    failover_while_flushing(sentinel, Some("d-pass")).await;
+}
+
+async fn failover_while_flushing(sentinel: RedisSentinel, data_password: Option<&str>) {
     let target = sentinel.target();
     let store = Arc::new(RedisStore::connect(target, options()).unwrap());
     let rules = synced_rule(1_000_000, "1h", 360, "predictive", "fixed_window");
@@ -114,7 +148,12 @@ async fn sentinel_failover_while_flushing() {
     // demoted master after the switch (it would refuse with READONLY and the count be resent).
     let window = T0 / (3600 * SECOND);
     // Read on the new master itself (not through the store, whose connection is its own).
-    let direct = RedisStore::open(&format!("redis://127.0.0.1:{new_master}/"), options()).unwrap();
+    let login = data_password.map_or_else(String::new, |p| format!(":{p}@"));
+    let direct = RedisStore::open(
+        &format!("redis://{login}127.0.0.1:{new_master}/"),
+        options(),
+    )
+    .unwrap();
     let total = totals(&direct, &users, window).await;
     eprintln!(
         "admitted {admitted}, on the new master {total}; flushes during the failover: {reports:?}"
@@ -130,7 +169,7 @@ async fn sentinel_failover_while_flushing() {
     );
     // Sentinel reconfigures the old master as a replica of the new one (it refuses writes).
     let demoted = sluice_testkit::wait_until(Duration::from_secs(15), || {
-        sluice_testkit::raw_command(old_master, "ROLE").contains("slave")
+        sentinel.data_command(old_master, "ROLE").contains("slave")
     });
     assert!(demoted, "old master not demoted");
     drop(sentinel);

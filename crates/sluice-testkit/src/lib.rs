@@ -63,6 +63,35 @@ pub fn raw_command(port: u16, command: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// Like [`raw_command`], logging in with `password` first when there is one.
+pub fn raw_command_as(port: u16, password: Option<&str>, command: &str) -> String {
+    let Some(password) = password else {
+        return raw_command(port, command);
+    };
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::from("-ERR connection refused");
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
+    let mut ok = [0u8; 5];
+    if stream
+        .write_all(format!("AUTH {password}\r\n").as_bytes())
+        .is_err()
+        || stream.read_exact(&mut ok).is_err()
+        || &ok != b"+OK\r\n"
+    {
+        return String::from("-ERR AUTH failed");
+    }
+    if stream
+        .write_all(format!("{command}\r\n").as_bytes())
+        .is_err()
+    {
+        return String::from("-ERR write failed");
+    }
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = stream.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
 /// A `redis-server` started on a free loopback port, with persistence off, killed on drop.
 pub struct RedisServer {
     port: u16,
@@ -303,8 +332,14 @@ fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server is not installed: run the README test command, which installs it");
+    // Up when it answers, with PONG or (with `requirepass`) a demand to log in.
     assert!(
-        wait_until(Duration::from_secs(5), || ping(port)),
+        wait_until(Duration::from_secs(5), || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok() && {
+                let reply = raw_command(port, "PING");
+                reply.starts_with("+PONG") || reply.starts_with("-NOAUTH")
+            }
+        }),
         "redis on {port} did not start"
     );
     child
@@ -325,6 +360,9 @@ pub struct RedisSentinel {
     /// Sentinel ports.
     pub sentinel_ports: [u16; 3],
     children: Vec<Option<Child>>,
+    /// `requirepass` of the Sentinels, and of the master and replica.
+    sentinel_password: Option<String>,
+    data_password: Option<String>,
 }
 
 impl RedisSentinel {
@@ -333,6 +371,12 @@ impl RedisSentinel {
 
     /// Starts the servers and waits until every Sentinel knows the master and its replica.
     pub fn start() -> Self {
+        Self::start_with_passwords(None, None)
+    }
+
+    /// Like [`RedisSentinel::start`], with `requirepass` on the Sentinels and/or on the data
+    /// nodes (the Sentinels then log in to each other and to the data nodes).
+    pub fn start_with_passwords(sentinel: Option<&str>, data: Option<&str>) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "sluice-sentinel-{}-{}",
             std::process::id(),
@@ -340,29 +384,36 @@ impl RedisSentinel {
         ));
         let master = free_port();
         let replica = free_port();
+        let auth: Vec<&str> =
+            data.map_or_else(Vec::new, |p| vec!["--requirepass", p, "--masterauth", p]);
+        let replica_args: Vec<String> = ["--replicaof", "127.0.0.1", &master.to_string()]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(auth.iter().map(|a| (*a).to_owned()))
+            .collect();
+        let replica_args: Vec<&str> = replica_args.iter().map(String::as_str).collect();
         let mut children = vec![
-            Some(spawn_redis(master, &dir.join("master"), &[])),
-            Some(spawn_redis(
-                replica,
-                &dir.join("replica"),
-                &["--replicaof", "127.0.0.1", &master.to_string()],
-            )),
+            Some(spawn_redis(master, &dir.join("master"), &auth)),
+            Some(spawn_redis(replica, &dir.join("replica"), &replica_args)),
         ];
         let sentinel_ports = [free_port(), free_port(), free_port()];
         for port in sentinel_ports {
             let sdir = dir.join(format!("sentinel-{port}"));
             std::fs::create_dir_all(&sdir).expect("create sentinel dir");
             let conf = sdir.join("sentinel.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {} 127.0.0.1 {master} 2\nsentinel down-after-milliseconds {m} 1000\nsentinel failover-timeout {m} 4000\nsentinel parallel-syncs {m} 1\n",
-                    sdir.display(),
-                    Self::MASTER,
-                    m = Self::MASTER
-                ),
-            )
-            .expect("write sentinel.conf");
+            let mut text = format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {} 127.0.0.1 {master} 2\nsentinel down-after-milliseconds {m} 1000\nsentinel failover-timeout {m} 4000\nsentinel parallel-syncs {m} 1\n",
+                sdir.display(),
+                Self::MASTER,
+                m = Self::MASTER
+            );
+            if let Some(p) = data {
+                text.push_str(&format!("sentinel auth-pass {} {p}\n", Self::MASTER));
+            }
+            if let Some(p) = sentinel {
+                text.push_str(&format!("requirepass {p}\nsentinel sentinel-pass {p}\n"));
+            }
+            std::fs::write(&conf, text).expect("write sentinel.conf");
             let child = Command::new("redis-server")
                 .arg(&conf)
                 .arg("--sentinel")
@@ -372,7 +423,10 @@ impl RedisSentinel {
                 .expect("redis-server (sentinel mode) is not installed");
             children.push(Some(child));
             assert!(
-                wait_until(Duration::from_secs(5), || ping(port)),
+                wait_until(Duration::from_secs(5), || raw_command_as(
+                    port, sentinel, "PING"
+                )
+                .starts_with("+PONG")),
                 "sentinel on {port} did not start"
             );
         }
@@ -381,45 +435,74 @@ impl RedisSentinel {
             data_ports: [master, replica],
             sentinel_ports,
             children,
+            sentinel_password: sentinel.map(str::to_owned),
+            data_password: data.map(str::to_owned),
         };
         let ready = wait_until(Duration::from_secs(15), || {
             setup.sentinel_ports.iter().all(|&p| {
-                raw_command(p, &format!("SENTINEL REPLICAS {}", Self::MASTER))
+                setup
+                    .sentinel_command(p, &format!("SENTINEL REPLICAS {}", Self::MASTER))
                     .contains(&replica.to_string())
-            }) && raw_command(replica, "INFO replication").contains("master_link_status:up")
+            }) && setup
+                .data_command(replica, "INFO replication")
+                .contains("master_link_status:up")
                 // The replica acknowledges writes (Sluice waits for that on every flush).
-                && raw_command(master, "SET sluice-fixture 1").starts_with("+OK")
-                && raw_command(master, "WAIT 1 1000").starts_with(":1")
+                && setup.data_command(master, "SET sluice-fixture 1").starts_with("+OK")
+                && setup.data_command(master, "WAIT 1 1000").starts_with(":1")
         });
-        let _ = raw_command(master, "DEL sluice-fixture");
+        let _ = setup.data_command(master, "DEL sluice-fixture");
         assert!(ready, "sentinel setup did not become ready");
         setup
     }
 
-    /// The store target for this setup (no auth, db 0, no TLS).
+    /// A command to one of the Sentinels (logged in when they have a password).
+    pub fn sentinel_command(&self, port: u16, command: &str) -> String {
+        raw_command_as(port, self.sentinel_password.as_deref(), command)
+    }
+
+    /// A command to the master or the replica (logged in when they have a password).
+    pub fn data_command(&self, port: u16, command: &str) -> String {
+        raw_command_as(port, self.data_password.as_deref(), command)
+    }
+
+    /// The store target for this setup (db 0, no TLS; the fixture's passwords, no ACL users).
     pub fn target(&self) -> sluice_store::RedisTarget {
         sluice_store::RedisTarget::Sentinel {
             sentinels: loopback(&self.sentinel_ports),
             master: Self::MASTER.to_owned(),
-            auth: None,
+            auth: self.data_password.clone().map(|p| (None, p)),
             db: 0,
             tls: false,
+            sentinel_auth: self.sentinel_password.clone().map(|p| (None, p)),
+            sentinel_tls: false,
         }
     }
 
-    /// `redis+sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,127.0.0.1:<s3>/mymaster`.
+    /// `redis+sentinel://[:<data password>@]127.0.0.1:<s1>,..,127.0.0.1:<s3>/mymaster[?sentinel_password=..]`.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinel_ports
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        format!("redis+sentinel://{}/{}", hosts.join(","), Self::MASTER)
+        let login = self
+            .data_password
+            .as_ref()
+            .map_or_else(String::new, |p| format!(":{p}@"));
+        let query = self
+            .sentinel_password
+            .as_ref()
+            .map_or_else(String::new, |p| format!("?sentinel_password={p}"));
+        format!(
+            "redis+sentinel://{login}{}/{}{query}",
+            hosts.join(","),
+            Self::MASTER
+        )
     }
 
     /// The port the Sentinels currently name as master.
     pub fn master_port(&self) -> Option<u16> {
-        let reply = raw_command(
+        let reply = self.sentinel_command(
             self.sentinel_ports[0],
             &format!("SENTINEL GET-MASTER-ADDR-BY-NAME {}", Self::MASTER),
         );
@@ -437,13 +520,13 @@ impl RedisSentinel {
         } else {
             self.data_ports[0]
         };
-        let reply = raw_command(
+        let reply = self.sentinel_command(
             self.sentinel_ports[0],
             &format!("SENTINEL FAILOVER {}", Self::MASTER),
         );
         assert!(reply.starts_with("+OK"), "failover refused: {reply}");
         let done = wait_until(Duration::from_secs(20), || {
-            self.master_port() == Some(new) && raw_command(new, "ROLE").contains("master")
+            self.master_port() == Some(new) && self.data_command(new, "ROLE").contains("master")
         });
         assert!(done, "failover did not complete");
         new

@@ -95,7 +95,9 @@ fn addr(host_port: &str, tls: bool) -> Result<ConnectionAddr, StoreError> {
 pub(super) struct SentinelBackend {
     client: tokio::sync::Mutex<SentinelClient>,
     current: Arc<Mutex<Option<MultiplexedConnection>>>,
-    sentinels: Vec<String>,
+    /// How the `+switch-master` watcher reaches each Sentinel (address, login, TLS).
+    sentinels: Vec<redis::ConnectionInfo>,
+    tls_root_pem: Option<Vec<u8>>,
     master: String,
     watching: AtomicBool,
     switches: Arc<AtomicU64>,
@@ -110,7 +112,7 @@ pub(super) struct SentinelBackend {
 impl SentinelBackend {
     pub(super) fn new(
         target: &RedisTarget,
-        _options: &RedisStoreOptions,
+        options: &RedisStoreOptions,
     ) -> Result<Self, StoreError> {
         let RedisTarget::Sentinel {
             sentinels,
@@ -118,17 +120,24 @@ impl SentinelBackend {
             auth,
             db,
             tls,
+            sentinel_auth,
+            sentinel_tls,
         } = target
         else {
             return Err(StoreError::Refused("not a sentinel target".into()));
         };
         let addrs = sentinels
             .iter()
-            .map(|s| addr(s, false))
+            .map(|s| addr(s, *sentinel_tls))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)
-            .map_err(|e| map_error(&e))?
-            .set_client_to_redis_db(i64::from(*db));
+        let certificates = || redis::TlsCertificates {
+            client_tls: None,
+            root_cert: options.tls_root_pem.clone(),
+        };
+        let mut builder =
+            SentinelClientBuilder::new(addrs.clone(), master, SentinelServerType::Master)
+                .map_err(|e| map_error(&e))?
+                .set_client_to_redis_db(i64::from(*db));
         if let Some((user, password)) = auth {
             if let Some(user) = user {
                 builder = builder.set_client_to_redis_username(user);
@@ -137,12 +146,39 @@ impl SentinelBackend {
         }
         if *tls {
             builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+            if options.tls_root_pem.is_some() {
+                builder = builder.set_client_to_redis_certificates(certificates());
+            }
+        }
+        let mut login = redis::RedisConnectionInfo::default();
+        if let Some((user, password)) = sentinel_auth {
+            if let Some(user) = user {
+                builder = builder.set_client_to_sentinel_username(user);
+                login = login.set_username(user);
+            }
+            builder = builder.set_client_to_sentinel_password(password);
+            login = login.set_password(password);
+        }
+        if *sentinel_tls {
+            builder = builder.set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+            if options.tls_root_pem.is_some() {
+                builder = builder.set_client_to_sentinel_certificates(certificates());
+            }
         }
         let client = builder.build().map_err(|e| map_error(&e))?;
+        let sentinels = addrs
+            .into_iter()
+            .map(|a| {
+                redis::IntoConnectionInfo::into_connection_info(a)
+                    .map(|info| info.set_redis_settings(login.clone()))
+                    .map_err(|e| map_error(&e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             client: tokio::sync::Mutex::new(client),
             current: Arc::new(Mutex::new(None)),
-            sentinels: sentinels.clone(),
+            sentinels,
+            tls_root_pem: options.tls_root_pem.clone().filter(|_| *sentinel_tls),
             master: master.clone(),
             watching: AtomicBool::new(false),
             switches: Arc::new(AtomicU64::new(0)),
@@ -166,14 +202,24 @@ impl SentinelBackend {
         let current = Arc::downgrade(&self.current);
         let (switches, announced) = (self.switches.clone(), self.announced.clone());
         let (sentinels, master) = (self.sentinels.clone(), self.master.clone());
+        let roots = self.tls_root_pem.clone();
         tokio::spawn(async move {
             use futures_util::StreamExt as _;
-            for addr in sentinels.iter().cycle() {
+            for sentinel in sentinels.iter().cycle() {
                 if current.strong_count() == 0 {
                     return;
                 }
                 let subscribe = async {
-                    let client = redis::Client::open(format!("redis://{addr}/"))?;
+                    let client = match &roots {
+                        Some(pem) => redis::Client::build_with_tls(
+                            sentinel.clone(),
+                            redis::TlsCertificates {
+                                client_tls: None,
+                                root_cert: Some(pem.clone()),
+                            },
+                        )?,
+                        None => redis::Client::open(sentinel.clone())?,
+                    };
                     let mut pubsub = client.get_async_pubsub().await?;
                     pubsub.subscribe("+switch-master").await?;
                     Ok::<_, redis::RedisError>(pubsub)
@@ -225,7 +271,13 @@ impl SentinelBackend {
             .await
             .async_get_client()
             .await
-            .map_err(|e| map_error(&e))?;
+            .map_err(|e| match map_error(&e) {
+                StoreError::Refused(m) => StoreError::Refused(format!(
+                    "the Sentinels did not name master `{}`: {m}",
+                    self.master
+                )),
+                other => other,
+            })?;
         let resolved = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
                 Some((host.clone(), *port))

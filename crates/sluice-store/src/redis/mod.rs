@@ -28,8 +28,8 @@ pub struct RedisStoreOptions {
     pub connect_timeout: Duration,
     /// Longest pause between reconnection attempts (they back off exponentially up to this).
     pub max_backoff: Duration,
-    /// For `rediss://` (standalone): PEM root certificate(s) to trust instead of the built-in
-    /// web roots, for servers with a private CA.
+    /// For TLS (standalone `rediss://`, and Sentinel's data nodes and Sentinels): PEM root
+    /// certificate(s) to trust instead of the built-in web roots, for servers with a private CA.
     pub tls_root_pem: Option<Vec<u8>>,
 }
 
@@ -91,6 +91,10 @@ pub enum RedisTarget {
         db: u32,
         /// TLS to the data nodes.
         tls: bool,
+        /// ACL user and password for the Sentinels themselves (their `requirepass`).
+        sentinel_auth: Option<(Option<String>, String)>,
+        /// TLS to the Sentinels.
+        sentinel_tls: bool,
     },
     /// Cluster seed nodes (`host:port`).
     Cluster {
