@@ -265,19 +265,19 @@ impl SentinelBackend {
         {
             return Ok(Conn::Multiplexed(c));
         }
-        let client = self
-            .client
-            .lock()
-            .await
-            .async_get_client()
-            .await
-            .map_err(|e| match map_error(&e) {
-                StoreError::Refused(m) => StoreError::Refused(format!(
-                    "the Sentinels did not name master `{}`: {m}",
-                    self.master
-                )),
-                other => other,
-            })?;
+        let client =
+            self.client
+                .lock()
+                .await
+                .async_get_client()
+                .await
+                .map_err(|e| match map_error(&e) {
+                    StoreError::Refused(m) => StoreError::Refused(format!(
+                        "the Sentinels did not name master `{}`: {m}",
+                        self.master
+                    )),
+                    other => other,
+                })?;
         let resolved = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
                 Some((host.clone(), *port))
