@@ -333,15 +333,18 @@ fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
         .spawn()
         .expect("redis-server is not installed: run the README test command, which installs it");
     // Up when it answers, with PONG or (with `requirepass`) a demand to log in.
-    assert!(
-        wait_until(Duration::from_secs(5), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok() && {
-                let reply = raw_command(port, "PING");
-                reply.starts_with("+PONG") || reply.starts_with("-NOAUTH")
-            }
-        }),
-        "redis on {port} did not start"
-    );
+    let up = wait_until(Duration::from_secs(5), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok() && {
+            let reply = raw_command(port, "PING");
+            reply.starts_with("+PONG") || reply.starts_with("-NOAUTH")
+        }
+    });
+    if !up {
+        // Not left running behind a failed test.
+        let mut child = Some(child);
+        kill_child(&mut child);
+        panic!("redis on {port} did not start");
+    }
     child
 }
 
@@ -422,13 +425,12 @@ impl RedisSentinel {
                 .spawn()
                 .expect("redis-server (sentinel mode) is not installed");
             children.push(Some(child));
-            assert!(
-                wait_until(Duration::from_secs(5), || raw_command_as(
-                    port, sentinel, "PING"
-                )
-                .starts_with("+PONG")),
-                "sentinel on {port} did not start"
-            );
+            if !wait_until(Duration::from_secs(5), || {
+                raw_command_as(port, sentinel, "PING").starts_with("+PONG")
+            }) {
+                children.iter_mut().for_each(kill_child);
+                panic!("sentinel on {port} did not start");
+            }
         }
         let setup = Self {
             dir,
