@@ -223,7 +223,7 @@ fn bind_workers(
     let context = || format!("cannot listen on {addr} (gateway); is another process using it?");
     let bound = {
         let probe = open(addr, false).with_context(context)?;
-        probe.listen(1)?;
+        probe.listen(1).with_context(context)?;
         probe
             .local_addr()
             .ok()
@@ -239,14 +239,13 @@ fn bind_workers(
         .collect()
 }
 
-/// One gateway worker: a thread with its own single-threaded runtime, listener and upstream
-/// connection pool, so a request never crosses threads (no work stealing, no shared pool lock).
-/// The engine is shared; its flush runs on the main runtime.
+/// One gateway worker: a thread with its own single-threaded runtime, listener and router
+/// (with its own upstream connection pool), so a request never crosses threads (no work
+/// stealing, no shared pool lock). The engine is shared; its flush runs on the main runtime.
 fn spawn_gateway_worker(
     index: usize,
     listener: std::net::TcpListener,
-    engine: SharedEngine,
-    gateway: sluice_config::Gateway,
+    router: axum::Router,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
     std::thread::Builder::new()
@@ -259,9 +258,6 @@ fn spawn_gateway_worker(
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)
                     .context("cannot register the gateway listener")?;
-                let router =
-                    sluice_http::gateway_router(engine, &gateway, gateway.upstream_timeout)
-                        .with_context(|| format!("invalid upstream `{}`", gateway.upstream))?;
                 let mut stop = stop;
                 axum::serve(
                     listener,
@@ -317,11 +313,6 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let admin_listener = bind("admin", config.listen.admin).await?;
     let mut gateway_listeners = Vec::with_capacity(config.gateways.len());
     for g in &config.gateways {
-        // Checked here so that a bad upstream stops the start, not a worker later on.
-        g.upstream
-            .trim_start_matches("http://")
-            .parse::<axum::http::uri::Authority>()
-            .with_context(|| format!("invalid gateway upstream `{}`", g.upstream))?;
         let workers = g.workers.map_or_else(cpus, std::num::NonZeroUsize::get);
         gateway_listeners.push((bind_workers(g.listen, workers)?, g.clone()));
     }
@@ -415,13 +406,12 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     for (listeners, gateway) in gateway_listeners {
         tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, workers = listeners.len(), "gateway serving");
         for (i, listener) in listeners.into_iter().enumerate() {
-            let worker = spawn_gateway_worker(
-                i,
-                listener,
-                engine.clone(),
-                gateway.clone(),
-                stop_rx.clone(),
-            )?;
+            // Built here, one per worker (each its own upstream pool): a bad upstream stops the
+            // start instead of a worker.
+            let router =
+                sluice_http::gateway_router(engine.clone(), &gateway, gateway.upstream_timeout)
+                    .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
+            let worker = spawn_gateway_worker(i, listener, router, stop_rx.clone())?;
             gateways.spawn_blocking(move || {
                 worker
                     .join()

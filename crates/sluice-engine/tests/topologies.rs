@@ -58,19 +58,10 @@ async fn sentinel_failover_while_flushing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_with_passwords() {
     let sentinel = RedisSentinel::start_with_passwords(Some("s-pass"), Some("d-pass"));
-    let no_login = sluice_store::RedisTarget::Sentinel {
-        sentinels: sentinel
-            .sentinel_ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect(),
-        master: RedisSentinel::MASTER.to_owned(),
-        auth: Some((None, "d-pass".into())),
-        db: 0,
-        tls: false,
-        sentinel_auth: None,
-        sentinel_tls: false,
-    };
+    let mut no_login = sentinel.target();
+    if let sluice_store::RedisTarget::Sentinel { sentinel_auth, .. } = &mut no_login {
+        *sentinel_auth = None;
+    }
     let refused = RedisStore::connect(no_login, options()).unwrap();
     let item = conformance::item(&CounterKey::new("d/user", &["u"]), 1, 1, None);
     let error = refused.flush(&[item]).await.expect_err("no Sentinel login");

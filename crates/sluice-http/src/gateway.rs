@@ -41,17 +41,15 @@ struct Upstream {
 }
 
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
-    if headers.contains_key(header::CONNECTION) {
-        let listed: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-            .collect();
-        for name in listed {
-            headers.remove(name);
-        }
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        headers.remove(name);
     }
     for name in HOP_BY_HOP {
         headers.remove(name);

@@ -389,12 +389,9 @@ impl RedisSentinel {
         let replica = free_port();
         let auth: Vec<&str> =
             data.map_or_else(Vec::new, |p| vec!["--requirepass", p, "--masterauth", p]);
-        let replica_args: Vec<String> = ["--replicaof", "127.0.0.1", &master.to_string()]
-            .iter()
-            .map(|a| (*a).to_owned())
-            .chain(auth.iter().map(|a| (*a).to_owned()))
-            .collect();
-        let replica_args: Vec<&str> = replica_args.iter().map(String::as_str).collect();
+        let master_port = master.to_string();
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", &master_port];
+        replica_args.extend(&auth);
         let mut children = vec![
             Some(spawn_redis(master, &dir.join("master"), &auth)),
             Some(spawn_redis(replica, &dir.join("replica"), &replica_args)),
