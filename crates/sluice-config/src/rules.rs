@@ -807,6 +807,16 @@ impl Builder<'_> {
                 ),
             ));
         }
+        if rpu.value > i64::from(u32::MAX) {
+            return Err(Located::at(
+                rpu,
+                format!(
+                    "requests_per_unit must be at most {} (counts are 32-bit, as in Envoy's rate limit service), found {}; use a shorter unit or window",
+                    u32::MAX,
+                    rpu.value
+                ),
+            ));
+        }
         let rate = Rate::new(rpu.value as u64, window).map_err(|e| {
             Located::at_location(
                 r.window.as_ref().map_or(&raw.referenced, |w| &w.referenced),

@@ -104,6 +104,13 @@ fn memory_per_key(shared: &Arc<dyn Clock>) {
     for i in 0..1_000_000u32 {
         let user = format!("u{i:07}");
         now_or_never(engine.check("d", &[[("user", user.as_str())]], 1)).unwrap();
+        if std::env::var_os("TRACE_RSS").is_some() && i % 50_000 == 49_999 {
+            println!(
+                "{} keys: {:.1} MiB",
+                i + 1,
+                (rss_bytes() - before) as f64 / 1048576.0
+            );
+        }
     }
     let after = rss_bytes();
     println!(

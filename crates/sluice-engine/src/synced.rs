@@ -1,10 +1,19 @@
 //! `synced` mode (DESIGN.md section 1): counts in memory, one flush per span, and the
 //! `reactive` (seed) and `predictive` policies.
+//!
+//! Memory per tracked key (docs/BENCHMARKS.md): one map entry holding the key's name (inline
+//! up to 15 bytes) and its 52-byte [`Core`] behind a one-byte lock. Counts are 32-bit (as
+//! Envoy's `requests_per_unit`; the config refuses larger limits) and times are 32-bit offsets
+//! from the key's window start. What only keys counted by several instances need (the others'
+//! entries, the demand budget, the grace after an outage) lives in a second map of [`Ext`]
+//! values, entered only for those keys and only under the key's own lock.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use ecow::EcoString;
 use papaya::HashMap;
+use parking_lot::Mutex;
 use sluice_config::Policy;
 use sluice_core::{Decision, Nanos};
 use sluice_store::{FlushItem, FlushOutcome, NodeEntry};
@@ -16,6 +25,7 @@ type FastHasher = foldhash::fast::RandomState;
 /// A rule's synced settings.
 #[derive(Clone, Debug)]
 pub(crate) struct SyncedParams {
+    /// At most `u32::MAX` (the config refuses more): counts are 32-bit.
     pub limit: u64,
     pub window_ns: u64,
     pub spans: u64,
@@ -34,6 +44,16 @@ pub(crate) struct SyncedParams {
 impl SyncedParams {
     fn ttl(&self) -> Duration {
         Duration::from_nanos(self.window_ns.saturating_mul(2))
+    }
+
+    fn window_start(&self, window: u64) -> Nanos {
+        window.saturating_mul(self.window_ns)
+    }
+
+    /// The unit of the times a key keeps: `window / 2^28` (at least 1 ns), so a 32-bit offset
+    /// from the window start reaches four windows either way (a cooldown is at most a window).
+    fn unit_ns(&self) -> u64 {
+        (self.window_ns >> 28).max(1)
     }
 }
 
@@ -56,200 +76,93 @@ struct Other {
     unlisted: bool,
 }
 
-/// A count that belongs to a window: `Option<WindowCount>` takes 16 bytes where
-/// `Option<(u64, u64)>` takes 24 (the window is kept plus one, so zero is the niche).
-#[derive(Clone, Copy, Debug)]
-struct WindowCount {
-    window_plus_one: std::num::NonZeroU64,
-    count: u64,
+fn sat32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
 }
 
-impl WindowCount {
-    fn new(window: u64, count: u64) -> Self {
-        Self {
-            window_plus_one: std::num::NonZeroU64::MIN.saturating_add(window),
-            count,
-        }
-    }
+/// `Core::flags`.
+const INIT: u16 = 1;
+/// A reply for the key carried entries (the key is exchanged by `predictive` instances).
+const SEEN_ENTRIES: u16 = 1 << 1;
+/// The previous window's total has been read in this window.
+const PREV_KNOWN: u16 = 1 << 2;
+/// A flush of this key failed (the store was unreachable) and none has succeeded since.
+const CUT_OFF: u16 = 1 << 3;
+/// Counts of the key are in the flush in progress (they live in its [`PendingFlush`]).
+const IN_FLIGHT: u16 = 1 << 4;
+/// The key has an [`Ext`] in the rule's second map.
+const HAS_EXT: u16 = 1 << 5;
+/// `Core::span` holds a span.
+const SPAN_SET: u16 = 1 << 6;
+/// Three bits: the key was checked in its window, the one before, the one before that (idle
+/// keys are evicted once all three are clear).
+const HITS_SHIFT: u32 = 7;
+const HITS: u16 = 0b111 << HITS_SHIFT;
 
-    fn window(self) -> u64 {
-        self.window_plus_one.get() - 1
-    }
-
-    fn pair(self) -> (u64, u64) {
-        (self.window(), self.count)
-    }
-}
-
-/// The other instances a key knows of: boxed, so a key counted by this instance alone (most
-/// keys under a key-spraying attack) pays one pointer for them instead of an empty `Vec`.
+/// One key's state, kept small (52 bytes, asserted below): the map holds one per tracked key.
+/// Guarded by its own lock: different keys never contend.
 #[derive(Debug, Default)]
-#[expect(
-    clippy::box_collection,
-    reason = "one pointer (8 bytes) per key instead of an empty Vec (24) for unshared keys"
-)]
-struct Others(Option<Box<Vec<Other>>>);
-
-impl Others {
-    fn as_slice(&self) -> &[Other] {
-        self.0.as_deref().map_or(&[], Vec::as_slice)
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [Other] {
-        self.0.as_deref_mut().map_or(&mut [], Vec::as_mut_slice)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.as_slice().is_empty()
-    }
-
-    fn take(&mut self) -> Vec<Other> {
-        self.0.take().map(|b| *b).unwrap_or_default()
-    }
-
-    fn set(&mut self, others: Vec<Other>) {
-        self.0 = (!others.is_empty()).then(|| Box::new(others));
-    }
-}
-
-/// One key's state. Guarded by its own mutex: different keys never contend.
-#[derive(Debug, Default)]
-pub(crate) struct KeyState {
-    initialized: bool,
-    window: u64,
-    /// End of the current span: the hot path compares instead of dividing.
-    span_end: Nanos,
+pub(crate) struct Core {
+    /// The window's number, its low 32 bits (the full number comes from the time of the call).
+    window: u32,
     /// Admitted here in `window`.
-    local: u64,
+    local: u32,
     /// Admitted here in `window` and not yet sent.
-    unflushed: u64,
-    /// Sent in the flush in progress: (window, count).
-    in_flight: Option<WindowCount>,
-    /// Counts of the previous window that never reached the store.
-    carry: Option<WindowCount>,
-    carry_in_flight: Option<WindowCount>,
-    /// Window total read at the last flush, and `local` at that moment.
-    global: u64,
-    local_at_global: u64,
+    unflushed: u32,
+    /// The others' part of the window total read at the last flush (the total minus this
+    /// instance's count at the moment of the read).
+    others_read: u32,
     /// The previous window's totals (node estimate, sliding estimate).
-    prev_global: u64,
-    prev_local: u64,
-    span_count: u64,
-    blocked_until: Nanos,
-    /// Hits offered (admitted or not) since the last flush, and the demand EWMA in hits/ns.
-    offered: u64,
-    rate: f64,
-    rate_at: Nanos,
-    others: Others,
-    seen_entries: bool,
-    /// Whether the previous window's total has been read in this window.
-    prev_known: bool,
+    prev_global: u32,
+    prev_local: u32,
+    /// Admitted in the current span (`span`).
+    span_count: u32,
+    /// Hits offered (admitted or not) since the last flush.
+    offered: u32,
+    /// Counts of the previous window that never reached the store.
+    carry: u32,
+    /// Demand EWMA, hits per nanosecond.
+    rate: f32,
+    /// When the demand was last sampled: an offset from the window start in `unit_ns`.
+    rate_at: i32,
+    /// Blocked until (offset from the window start in `unit_ns`, rounded up); zero: not blocked.
+    blocked: u32,
+    /// The span of the last check: the low 16 bits of `now / span_ns`.
+    span: u16,
+    flags: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<Core>() == 52);
+
+/// What a key counted by several instances adds: the others' entries, this instance's budget,
+/// the grace after an outage. Lives in [`SyncedRule::ext`] while the key has others or a grace.
+#[derive(Debug, Default)]
+struct Ext {
+    others: Vec<Other>,
     /// Predictive: what this instance may admit until its next flush reply (its demand share
-    /// of the room left in the window), and `local` when that share was set. Zero budget with
-    /// `budget_set == false` means no share has been set yet.
+    /// of the room left in the window), and `local` when that share was set.
     budget: u64,
-    local_at_budget: u64,
+    local_at_budget: u32,
+    /// Whether the budget was set in the current window.
     budget_set: bool,
-    /// Sliding window: when the budget was set and the share it was set with (the room the
-    /// previous window's decaying weight frees afterwards is shared the same way).
-    budget_at: Nanos,
+    /// Sliding window: the share the budget was set with (the room the previous window's
+    /// decaying weight frees afterwards is shared the same way), and when.
     budget_share: f32,
-    /// A flush of this key failed (the store was unreachable) and none has succeeded since.
-    cut_off: bool,
-    /// After such a gap, the others' entries count as live until this time: they could not
-    /// refresh them either, and their counts from the gap are still on their way.
+    budget_at: Nanos,
+    /// After a gap in the store's replies, the others' entries count as live until this time:
+    /// they could not refresh them either, and their counts from the gap are still on their way.
     grace_until: Nanos,
     /// When the store last answered a flush of this key.
     heard_at: Nanos,
-    last_hit: Nanos,
 }
 
-impl KeyState {
-    fn roll(&mut self, p: &SyncedParams, now: Nanos) {
-        if self.initialized && now < (self.window + 1).saturating_mul(p.window_ns) {
-            return;
-        }
-        let w = now / p.window_ns;
-        if !self.initialized {
-            self.initialized = true;
-            self.window = w;
-            // Demand is measured from the key's first sight, not from the epoch.
-            self.rate_at = now;
-            return;
-        }
-        if w <= self.window {
-            return;
-        }
-        let gap = w - self.window;
-        if self.unflushed > 0 {
-            // Nothing lost: the unsent count goes to its own window while that key lives
-            // (two windows). Older carries no longer matter for any decision.
-            let carried = match self.carry.map(WindowCount::pair) {
-                Some((cw, cc)) if cw == self.window => cc + self.unflushed,
-                _ => self.unflushed,
-            };
-            self.carry = (gap <= 1).then(|| WindowCount::new(self.window, carried));
-        } else if self.carry.is_some_and(|c| w.saturating_sub(c.window()) > 1) {
-            self.carry = None;
-        }
-        let window_total = self.global + (self.local - self.local_at_global.min(self.local));
-        (self.prev_global, self.prev_local) = if gap == 1 {
-            (window_total.max(self.local), self.local)
-        } else {
-            (0, 0)
-        };
-        let window_start = w * p.window_ns;
-        for other in self.others.as_mut_slice() {
-            // Carry each instance's demand rate into the new window (DESIGN.md: "at the start
-            // of a window ... the others' demand rates from the previous window are used").
-            other.count = 0;
-            other.at = window_start;
-        }
-        self.window = w;
-        self.prev_known = false;
-        self.budget_set = false;
-        self.local = 0;
-        self.unflushed = 0;
-        self.global = 0;
-        self.local_at_global = 0;
-    }
-
-    /// The seed's node estimate: previous window's global / local, at least 1.
-    fn node_estimate(&self) -> u64 {
-        if self.prev_local == 0 {
-            return 1;
-        }
-        (self.prev_global / self.prev_local).max(1)
-    }
-
-    /// Predictive estimate of the global count in the window at `now`.
-    fn estimate(&self, p: &SyncedParams, now: Nanos, store_ok: bool) -> f64 {
-        let window_start = self.window * p.window_ns;
-        let mut others = 0.0;
-        for o in self.others.as_slice() {
-            others += o.count as f64;
-            // An entry not refreshed for two spans belongs to an instance that left; while the
-            // store is silent nobody refreshes, so entries do not go stale then.
-            let live = !store_ok || now <= self.grace_until || self.fresh(p, o, now);
-            if live {
-                others += o.rate * now.saturating_sub(o.at.max(window_start)) as f64;
-            }
-        }
-        let own_since_read = self.local - self.local_at_global.min(self.local);
-        let mut estimate = (self.local as f64 + others).max((self.global + own_since_read) as f64);
-        if p.sliding {
-            let elapsed = now.saturating_sub(window_start).min(p.window_ns);
-            estimate += self.prev_global as f64 * (1.0 - elapsed as f64 / p.window_ns as f64);
-        }
-        estimate
-    }
-
+impl Ext {
     /// Whether another instance's entry is live: one that has not flushed for two spans has
     /// left. Judged now while this instance hears from the store about the key every span;
-    /// otherwise as of when it last heard. Between replies an
-    /// instance cannot know better, so it keeps extrapolating the others it knows of (an
-    /// instance with little traffic for a key asks rarely; forgetting the others in the
-    /// meantime would let it spend the whole limit on its own).
+    /// otherwise as of when it last heard. Between replies an instance cannot know better, so
+    /// it keeps extrapolating the others it knows of (an instance with little traffic for a
+    /// key asks rarely; forgetting the others in the meantime would let it spend the whole
+    /// limit on its own).
     fn fresh(&self, p: &SyncedParams, o: &Other, now: Nanos) -> bool {
         let judged_at = if now.saturating_sub(self.heard_at) < p.span_ns {
             now
@@ -259,79 +172,243 @@ impl KeyState {
         judged_at.saturating_sub(o.at) <= 2 * p.span_ns
     }
 
+    fn live(&self, p: &SyncedParams, o: &Other, now: Nanos) -> bool {
+        now <= self.grace_until || self.fresh(p, o, now)
+    }
+
+    fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
+        self.others.iter().filter(|o| self.live(p, o, now)).count()
+    }
+}
+
+/// Sets a key's others, creating its extension if it has none and there are any.
+fn set_others(ext: &mut Option<Ext>, others: Vec<Other>, now: Nanos) {
+    match ext {
+        Some(x) => x.others = others,
+        None if !others.is_empty() => {
+            *ext = Some(Ext {
+                others,
+                heard_at: now,
+                ..Ext::default()
+            });
+        }
+        None => {}
+    }
+}
+
+impl Core {
+    fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The key's window number, from the 32 bits kept and the window `w` of now.
+    fn key_window(&self, w: u64) -> u64 {
+        let behind = (w as u32).wrapping_sub(self.window) as i32;
+        w.wrapping_sub(i64::from(behind) as u64)
+    }
+
+    fn blocked_until(&self, p: &SyncedParams, window_start: Nanos) -> Nanos {
+        if self.blocked == 0 {
+            return 0;
+        }
+        window_start.saturating_add(u64::from(self.blocked) * p.unit_ns())
+    }
+
+    fn set_blocked_until(&mut self, p: &SyncedParams, window_start: Nanos, until: Nanos) {
+        self.blocked = sat32(until.saturating_sub(window_start).div_ceil(p.unit_ns()));
+    }
+
+    fn rate_at(&self, p: &SyncedParams, window_start: Nanos) -> Nanos {
+        let t = i128::from(window_start) + i128::from(self.rate_at) * i128::from(p.unit_ns());
+        t.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    fn set_rate_at(&mut self, p: &SyncedParams, window_start: Nanos, at: Nanos) {
+        let offset =
+            (i128::from(at) - i128::from(window_start)).div_euclid(i128::from(p.unit_ns()));
+        self.rate_at = offset.clamp(i32::MIN.into(), i32::MAX.into()) as i32;
+    }
+
+    fn roll(&mut self, p: &SyncedParams, ext: Option<&mut Ext>, w: u64, now: Nanos) {
+        if !self.has(INIT) {
+            self.flags |= INIT;
+            self.window = w as u32;
+            // Demand is measured from the key's first sight, not from the epoch.
+            self.set_rate_at(p, p.window_start(w), now);
+            return;
+        }
+        let kw = self.key_window(w);
+        if w <= kw {
+            return;
+        }
+        let gap = w - kw;
+        // Nothing lost: the unsent count goes to its own window while that key lives (two
+        // windows). An older carry no longer matters for any decision.
+        self.carry = if gap == 1 { self.unflushed } else { 0 };
+        let window_total = u64::from(self.local) + u64::from(self.others_read);
+        (self.prev_global, self.prev_local) = if gap == 1 {
+            (sat32(window_total), self.local)
+        } else {
+            (0, 0)
+        };
+        // Times are kept from the window start: move them to the new one.
+        let (old_start, start) = (p.window_start(kw), p.window_start(w));
+        let blocked_until = self.blocked_until(p, old_start);
+        self.blocked = 0;
+        if blocked_until > start {
+            self.set_blocked_until(p, start, blocked_until);
+        }
+        let rate_at = self.rate_at(p, old_start);
+        self.set_rate_at(p, start, rate_at);
+        let hits = if gap >= 3 {
+            0
+        } else {
+            (self.flags & HITS) << gap & HITS
+        };
+        self.flags = (self.flags & !(HITS | PREV_KNOWN)) | hits;
+        if gap >= 2 {
+            // A whole window has passed: the span kept is not the current one, and after
+            // 2^16 spans its low bits could look current.
+            self.flags &= !SPAN_SET;
+        }
+        if let Some(ext) = ext {
+            for other in &mut ext.others {
+                // Carry each instance's demand rate into the new window (DESIGN.md: "at the
+                // start of a window ... the others' demand rates from the previous window are
+                // used").
+                other.count = 0;
+                other.at = start;
+            }
+            ext.budget_set = false;
+        }
+        self.window = w as u32;
+        self.local = 0;
+        self.unflushed = 0;
+        self.others_read = 0;
+    }
+
+    /// The seed's node estimate: previous window's global / local, at least 1.
+    fn node_estimate(&self) -> u64 {
+        if self.prev_local == 0 {
+            return 1;
+        }
+        u64::from(self.prev_global / self.prev_local).max(1)
+    }
+
+    /// Predictive estimate of the global count in the window at `now`.
+    fn estimate(
+        &self,
+        p: &SyncedParams,
+        ext: Option<&Ext>,
+        window_start: Nanos,
+        now: Nanos,
+        store_ok: bool,
+    ) -> f64 {
+        let mut others = 0.0;
+        if let Some(ext) = ext {
+            for o in &ext.others {
+                others += o.count as f64;
+                // An entry not refreshed for two spans belongs to an instance that left; while
+                // the store is silent nobody refreshes, so entries do not go stale then.
+                if !store_ok || ext.live(p, o, now) {
+                    others += o.rate * now.saturating_sub(o.at.max(window_start)) as f64;
+                }
+            }
+        }
+        let local = f64::from(self.local);
+        // What this instance knows for sure: the total it read (its own count at that moment
+        // included) plus what it admitted since.
+        let mut estimate = (local + others).max(local + f64::from(self.others_read));
+        if p.sliding {
+            let elapsed = now.saturating_sub(window_start).min(p.window_ns);
+            estimate += f64::from(self.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
+        }
+        estimate
+    }
+
     /// This instance's share of the key's demand (its rate over all live instances' rates).
-    fn share(&self, p: &SyncedParams, now: Nanos) -> f64 {
-        let (mut total, mut live) = (self.rate, 1.0);
-        for o in self.others.as_slice() {
-            if now <= self.grace_until || self.fresh(p, o, now) {
+    fn share(&self, p: &SyncedParams, ext: &Ext, now: Nanos) -> f64 {
+        let rate = f64::from(self.rate);
+        let (mut total, mut live) = (rate, 1.0);
+        for o in &ext.others {
+            if ext.live(p, o, now) {
                 total += o.rate;
                 live += 1.0;
             }
         }
         if total > 0.0 {
-            (self.rate / total).clamp(0.0, 1.0)
+            (rate / total).clamp(0.0, 1.0)
         } else {
             1.0 / live
         }
     }
 
     /// Sets this instance's budget until its next flush reply: its share of the room the
-    /// estimate leaves in the window.
-    fn set_budget(&mut self, p: &SyncedParams, now: Nanos) {
-        let room = (p.limit as f64 - self.estimate(p, now, true)).max(0.0);
-        let share = self.share(p, now);
-        self.budget = (room * share).floor() as u64;
-        self.local_at_budget = self.local;
-        self.budget_set = true;
-        self.budget_at = now;
-        self.budget_share = share as f32;
+    /// estimate leaves in the window. Only keys with others have one: alone, the share is 1
+    /// and the budget check is the estimate check.
+    fn set_budget(&self, p: &SyncedParams, ext: &mut Ext, window_start: Nanos, now: Nanos) {
+        let room = (p.limit as f64 - self.estimate(p, Some(ext), window_start, now, true)).max(0.0);
+        let share = self.share(p, ext, now);
+        ext.budget = (room * share).floor() as u64;
+        ext.local_at_budget = self.local;
+        ext.budget_set = true;
+        ext.budget_at = now;
+        ext.budget_share = share as f32;
     }
 
     /// The budget now: with a sliding window it grows as the previous window's weight decays.
-    fn budget_now(&self, p: &SyncedParams, now: Nanos) -> u64 {
+    fn budget_now(&self, p: &SyncedParams, ext: &Ext, window_start: Nanos, now: Nanos) -> u64 {
         if !p.sliding {
-            return self.budget;
+            return ext.budget;
         }
-        let window_start = self.window * p.window_ns;
         // The decay since the budget was set, within this window.
-        let from = self.budget_at.max(window_start);
-        let freed = self.prev_global as f64 * now.saturating_sub(from) as f64 / p.window_ns as f64;
-        self.budget + (freed * f64::from(self.budget_share)).floor() as u64
+        let from = ext.budget_at.max(window_start);
+        let freed =
+            f64::from(self.prev_global) * now.saturating_sub(from) as f64 / p.window_ns as f64;
+        ext.budget + (freed * f64::from(ext.budget_share)).floor() as u64
     }
 
-    fn live_others(&self, p: &SyncedParams, now: Nanos) -> usize {
-        self.others
-            .as_slice()
-            .iter()
-            .filter(|o| now <= self.grace_until || self.fresh(p, o, now))
-            .count()
-    }
-
-    fn block(&mut self, p: &SyncedParams, now: Nanos) {
-        let window_end = (self.window + 1) * p.window_ns;
-        self.blocked_until = if p.cooldown_ns == 0 {
-            window_end
+    fn block(&mut self, p: &SyncedParams, window_start: Nanos, now: Nanos) {
+        let until = if p.cooldown_ns == 0 {
+            window_start + p.window_ns
         } else {
             now + p.cooldown_ns
         };
+        self.set_blocked_until(p, window_start, until);
+    }
+
+    /// Puts a count that did not reach the store back where the next flush picks it up.
+    fn restore(&mut self, key_window: u64, window: u64, count: u32) {
+        if window == key_window {
+            self.unflushed = self.unflushed.saturating_add(count);
+        } else if window + 1 == key_window {
+            self.carry = self.carry.saturating_add(count);
+        }
+        // Older than the previous window: its key has expired in the store and no decision
+        // depends on it any more.
     }
 
     fn check(
         &mut self,
         p: &SyncedParams,
+        mut ext: Option<&mut Ext>,
         now: Nanos,
         cost: u64,
         store_ok: bool,
     ) -> (Decision, Option<Reason>) {
-        self.roll(p, now);
-        if now >= self.span_end {
-            let span = now / p.span_ns;
-            self.span_end = (span + 1).saturating_mul(p.span_ns);
-            // The span end only moves forward: this is a new span.
+        let w = now / p.window_ns;
+        self.roll(p, ext.as_deref_mut(), w, now);
+        let window_start = p.window_start(self.key_window(w));
+        let span = now / p.span_ns;
+        if !self.has(SPAN_SET) || (span as u16).wrapping_sub(self.span) as i16 > 0 {
+            // A new span (spans only move forward).
+            self.span = span as u16;
+            self.flags |= SPAN_SET;
             self.span_count = 0;
         }
-        self.last_hit = now;
-        let window_end = (self.window + 1) * p.window_ns;
+        let span_end = (span + 1).saturating_mul(p.span_ns);
+        self.flags |= 1 << HITS_SHIFT;
+        let window_end = window_start + p.window_ns;
         let reset_after = window_end.saturating_sub(now);
         if cost > p.limit {
             return (
@@ -342,73 +419,80 @@ impl KeyState {
                 None,
             );
         }
-        self.offered += cost;
+        let cost32 = sat32(cost);
+        self.offered = self.offered.saturating_add(cost32);
         let denied = |retry: Nanos| {
             Decision::Denied(sluice_core::Denied {
                 retry_after: Duration::from_nanos(retry.max(1)),
                 reset_after: Duration::from_nanos(reset_after),
             })
         };
-        if now < self.blocked_until {
-            return (denied(self.blocked_until - now), Some(Reason::GlobalBlock));
+        let blocked_until = self.blocked_until(p, window_start);
+        if now < blocked_until {
+            return (denied(blocked_until - now), Some(Reason::GlobalBlock));
         }
         let nodes = self.node_estimate();
+        let span_count = u64::from(self.span_count);
         // The seed's fallback (and predictive's, for a key whose entries it never saw): while the
         // store is unreachable, at most MAX/N per span per instance (scaled by the node estimate).
         // Predictive, before the first reply for the key (an instance that just joined, or a
         // key it never saw): it knows nothing of the others yet, so until the reply comes (at
         // most a span) it keeps to the seed's fallback share, MAX/N per span with N the
         // instances it expects. No block: the reply lifts it.
-        let cold = p.policy != Policy::Reactive && p.budgets && !self.seen_entries && store_ok;
+        let seen_entries = self.has(SEEN_ENTRIES);
+        let cold = p.policy != Policy::Reactive && p.budgets && !seen_entries && store_ok;
         if cold
             && p.expected_instances > 1
-            && (self.span_count + cost)
+            && (span_count + cost)
                 .saturating_mul(p.expected_instances)
                 .saturating_mul(p.spans)
                 > p.limit
         {
-            return (denied(self.span_end - now), Some(Reason::Fallback));
+            return (denied(span_end - now), Some(Reason::Fallback));
         }
-        let use_fallback = !store_ok && (p.policy == Policy::Reactive || !self.seen_entries);
+        let use_fallback = !store_ok && (p.policy == Policy::Reactive || !seen_entries);
         if use_fallback
-            && (self.span_count + cost)
+            && (span_count + cost)
                 .saturating_mul(nodes)
                 .saturating_mul(p.spans)
                 > p.limit
         {
-            self.block(p, now);
-            return (denied(self.blocked_until - now), Some(Reason::Fallback));
+            self.block(p, window_start, now);
+            let until = self.blocked_until(p, window_start);
+            return (denied(until.saturating_sub(now)), Some(Reason::Fallback));
         }
+        let local = u64::from(self.local);
         let used = match p.policy {
             Policy::Reactive => {
-                if (self.local + cost).saturating_mul(nodes) > p.limit {
+                if (local + cost).saturating_mul(nodes) > p.limit {
                     return (denied(reset_after), Some(Reason::LocalBudget));
                 }
-                (self.global + self.local - self.local_at_global.min(self.local))
-                    .max(self.local * nodes)
+                (local + u64::from(self.others_read)).max(local * nodes)
             }
             _ => {
-                let estimate = self.estimate(p, now, store_ok);
+                let estimate = self.estimate(p, ext.as_deref(), window_start, now, store_ok);
                 if estimate + cost as f64 > p.limit as f64 {
                     return (denied(reset_after), Some(Reason::Estimate));
                 }
-                if p.budgets && self.seen_entries {
-                    if !self.budget_set {
+                if p.budgets
+                    && seen_entries
+                    && let Some(ext) = ext
+                {
+                    if !ext.budget_set {
                         // A new window before this instance's first reply in it.
-                        self.set_budget(p, now);
+                        self.set_budget(p, ext, window_start, now);
                     }
-                    if self.local - self.local_at_budget.min(self.local) + cost
-                        > self.budget_now(p, now)
-                    {
+                    let since = self.local.saturating_sub(ext.local_at_budget);
+                    if u64::from(since) + cost > self.budget_now(p, ext, window_start, now) {
                         return (denied(reset_after), Some(Reason::Estimate));
                     }
                 }
                 estimate.ceil() as u64
             }
         };
-        self.local += cost;
-        self.unflushed += cost;
-        self.span_count += cost;
+        self.local = self.local.saturating_add(cost32);
+        self.unflushed = self.unflushed.saturating_add(cost32);
+        self.span_count = self.span_count.saturating_add(cost32);
         let remaining = p.limit.saturating_sub(used + cost);
         (
             Decision::Allowed(sluice_core::Allowed {
@@ -421,34 +505,28 @@ impl KeyState {
     }
 }
 
-/// A key tracked by a synced rule: just its state, inline in the map's entry. The store key
-/// is rebuilt from the rule id and the map key at flush time instead of being kept per key.
-#[derive(Debug, Default)]
-pub(crate) struct SyncedKey {
-    pub state: Mutex<KeyState>,
-}
-
-impl SyncedKey {
-    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, KeyState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// One synced rule: its keys and parameters.
 pub(crate) struct SyncedRule {
     pub params: SyncedParams,
     pub rule_id: Arc<str>,
-    pub keys: HashMap<Box<str>, SyncedKey, FastHasher>,
+    /// The tracked keys. The store key is rebuilt from the rule id and the name at flush time
+    /// instead of being kept per key.
+    pub keys: HashMap<EcoString, Mutex<Core>, FastHasher>,
+    /// The [`Ext`] of the keys whose `HAS_EXT` flag is set; entered only under the key's lock.
+    ext: HashMap<EcoString, Mutex<Ext>, FastHasher>,
 }
 
-/// What a flush needs to apply a reply to one key.
+/// What a flush needs to apply a reply to one key: the counts it sent, so that a failure puts
+/// them back (the key keeps only an in-flight flag).
 pub(crate) struct PendingFlush {
     /// The key's name in the rule's map.
-    pub name: Box<str>,
-    /// Index in the items of the carry item, if any.
-    pub carry_item: Option<usize>,
-    /// Index of the current-window item, if any.
-    pub window_item: Option<usize>,
+    pub name: EcoString,
+    /// The key's window when the flush was prepared.
+    pub window: u64,
+    /// Index in the items of the previous window's carried count, and that count.
+    pub carry: Option<(usize, u32)>,
+    /// Index of the current window's item, and its count.
+    pub current: Option<(usize, u32)>,
 }
 
 impl SyncedRule {
@@ -459,6 +537,11 @@ impl SyncedRule {
             keys: HashMap::builder()
                 .hasher(FastHasher::default())
                 .capacity(1024)
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
+            ext: HashMap::builder()
+                .hasher(FastHasher::default())
+                .capacity(64)
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
         }
@@ -477,9 +560,16 @@ impl SyncedRule {
             Some(k) => k,
             None => self
                 .keys
-                .get_or_insert_with(key.into(), SyncedKey::default, &guard),
+                .get_or_insert_with(EcoString::from(key), Mutex::default, &guard),
         };
-        entry.lock().check(&self.params, now, cost, store_ok)
+        let mut core = entry.lock();
+        if core.has(HAS_EXT) {
+            let ext_guard = self.ext.guard();
+            if let Some(ext) = self.ext.get(key, &ext_guard) {
+                return core.check(&self.params, Some(&mut ext.lock()), now, cost, store_ok);
+            }
+        }
+        core.check(&self.params, None, now, cost, store_ok)
     }
 
     /// Gives back `amount` for `key`. Counts not yet flushed are taken back exactly; beyond
@@ -490,11 +580,11 @@ impl SyncedRule {
         let Some(k) = self.keys.get(key, &guard) else {
             return false;
         };
-        let mut s = k.lock();
-        let from_unflushed = amount.min(s.unflushed);
-        s.unflushed -= from_unflushed;
-        s.local = s.local.saturating_sub(amount);
-        s.span_count = s.span_count.saturating_sub(amount);
+        let mut c = k.lock();
+        let amount = sat32(amount);
+        c.unflushed -= amount.min(c.unflushed);
+        c.local = c.local.saturating_sub(amount);
+        c.span_count = c.span_count.saturating_sub(amount);
         true
     }
 
@@ -507,15 +597,24 @@ impl SyncedRule {
         pending: &mut Vec<PendingFlush>,
     ) -> usize {
         let p = &self.params;
+        let w = now / p.window_ns;
         let guard = self.keys.guard();
-        let mut idle: Vec<Box<str>> = Vec::new();
+        let ext_guard = self.ext.guard();
+        let mut idle: Vec<EcoString> = Vec::new();
         for (name, key) in self.keys.iter(&guard) {
-            let mut s = key.lock();
-            s.roll(p, now);
+            let mut c = key.lock();
+            let mut ext = c
+                .has(HAS_EXT)
+                .then(|| self.ext.get(name, &ext_guard).map(|x| x.lock()))
+                .flatten();
+            c.roll(p, ext.as_deref_mut(), w, now);
+            let kw = c.key_window(w);
+            let window_start = p.window_start(kw);
             let mut flush = PendingFlush {
-                name: Box::default(),
-                carry_item: None,
-                window_item: None,
+                name: EcoString::new(),
+                window: kw,
+                carry: None,
+                current: None,
             };
             let mut store_key: Option<Arc<str>> = None;
             let mut store_key = || {
@@ -527,70 +626,74 @@ impl SyncedRule {
                     })
                     .clone()
             };
-            if let Some((cw, cc)) = s.carry.take().map(WindowCount::pair) {
-                flush.carry_item = Some(items.len());
+            if c.carry > 0 {
+                flush.carry = Some((items.len(), c.carry));
                 items.push(FlushItem {
                     key: store_key(),
-                    window: cw,
-                    delta: cc,
+                    window: kw - 1,
+                    delta: c.carry.into(),
                     ttl: p.ttl(),
                     entry: None,
                     want_previous: false,
                     // The window's key may not exist yet (the store was down all along).
                     first_write: true,
                 });
-                s.carry_in_flight = Some(WindowCount::new(cw, cc));
+                c.carry = 0;
+                c.flags |= IN_FLIGHT;
             }
-            if s.unflushed > 0 || s.offered > 0 {
-                let elapsed = now.saturating_sub(s.rate_at);
+            if c.unflushed > 0 || c.offered > 0 {
+                let elapsed = now.saturating_sub(c.rate_at(p, window_start));
                 if elapsed > 0 {
-                    let sample = s.offered as f64 / elapsed as f64;
-                    s.rate = if s.rate == 0.0 {
-                        sample
+                    let sample = f64::from(c.offered) / elapsed as f64;
+                    c.rate = if c.rate == 0.0 {
+                        sample as f32
                     } else {
-                        0.5 * s.rate + 0.5 * sample
+                        (0.5 * f64::from(c.rate) + 0.5 * sample) as f32
                     };
                 }
-                s.offered = 0;
-                s.rate_at = now;
+                c.offered = 0;
+                c.set_rate_at(p, window_start, now);
                 // Entries are exchanged on the key's first flush in a window and whenever the key
                 // is shared: the last reply showed another instance (an entry, or counts no
                 // entry accounts for), or a gap just ended. Alone, a flush only adds its count
                 // (one command instead of three) and the total tells when someone else starts.
+                let shared = ext
+                    .as_deref()
+                    .is_some_and(|x| !x.others.is_empty() || now <= x.grace_until);
                 let exchange = p.policy != Policy::Reactive
-                    && (!s.prev_known || !s.others.is_empty() || s.cut_off || now <= s.grace_until);
+                    && (!c.has(PREV_KNOWN) || shared || c.has(CUT_OFF));
                 let entry = exchange.then(|| NodeEntry {
                     node: node.clone(),
-                    count: s.local,
+                    count: c.local.into(),
                     at_ms: now / 1_000_000,
-                    rate_milli: (s.rate * 1e12) as u64,
+                    rate_milli: (f64::from(c.rate) * 1e12) as u64,
                 });
-                flush.window_item = Some(items.len());
+                flush.current = Some((items.len(), c.unflushed));
                 items.push(FlushItem {
                     key: store_key(),
-                    window: s.window,
-                    delta: s.unflushed,
+                    window: kw,
+                    delta: c.unflushed.into(),
                     ttl: p.ttl(),
                     entry,
-                    want_previous: !s.prev_known,
-                    first_write: !s.prev_known,
+                    want_previous: !c.has(PREV_KNOWN),
+                    first_write: !c.has(PREV_KNOWN),
                 });
-                s.in_flight = Some(WindowCount::new(s.window, s.unflushed));
-                s.unflushed = 0;
-            } else if s.carry_in_flight.is_none()
-                && s.in_flight.is_none()
-                && now.saturating_sub(s.last_hit) > 2 * p.window_ns
-                && now >= s.blocked_until
+                c.unflushed = 0;
+                c.flags |= IN_FLIGHT;
+            } else if !c.has(IN_FLIGHT)
+                && c.flags & HITS == 0
+                && now >= c.blocked_until(p, window_start)
             {
                 idle.push(name.clone());
             }
-            if flush.carry_item.is_some() || flush.window_item.is_some() {
+            if flush.carry.is_some() || flush.current.is_some() {
                 flush.name = name.clone();
                 pending.push(flush);
             }
         }
         for name in &idle {
             self.keys.remove(name, &guard);
+            self.ext.remove(name, &ext_guard);
         }
         idle.len()
     }
@@ -605,167 +708,413 @@ impl SyncedRule {
     ) -> bool {
         let p = &self.params;
         let guard = self.keys.guard();
-        let Some(key) = self.keys.get(&*pending.name, &guard) else {
+        let Some(key) = self.keys.get(&pending.name, &guard) else {
             // Only idle keys are removed, and a key with counts in flight is not idle.
             return false;
         };
-        let mut s = key.lock();
+        let mut c = key.lock();
+        c.flags &= !IN_FLIGHT;
+        let kw = c.key_window(now / p.window_ns);
         let mut ok = true;
-        if let (Some(i), Some((cw, cc))) = (
-            pending.carry_item,
-            s.carry_in_flight.take().map(WindowCount::pair),
-        ) && !matches!(results.and_then(|r| r.get(i)), Some(Ok(_)))
+        if let Some((i, count)) = pending.carry
+            && !matches!(results.and_then(|r| r.get(i)), Some(Ok(_)))
         {
             ok = false;
-            restore(&mut s, cw, cc);
+            c.restore(kw, pending.window - 1, count);
         }
-        let Some(i) = pending.window_item else {
+        let Some((i, sent)) = pending.current else {
             return ok;
         };
-        let Some((fw, fc)) = s.in_flight.take().map(WindowCount::pair) else {
-            return ok;
+        // The key's extension, taken out while the reply is applied (it is only ever touched
+        // under the key's lock, which is held) and put back or dropped at the end.
+        let ext_guard = self.ext.guard();
+        let mut ext: Option<Ext> = if c.has(HAS_EXT) {
+            self.ext
+                .get(&pending.name, &ext_guard)
+                .map(|x| std::mem::take(&mut *x.lock()))
+        } else {
+            None
         };
         match results.and_then(|r| r.get(i)) {
             Some(Ok(outcome)) => {
-                if s.cut_off {
-                    s.cut_off = false;
-                    s.grace_until = now.saturating_add(2 * p.span_ns);
+                if c.has(CUT_OFF) {
+                    c.flags &= !CUT_OFF;
+                    ext.get_or_insert_default().grace_until = now.saturating_add(2 * p.span_ns);
                 }
-                s.heard_at = now;
-                if fw == s.window {
-                    s.global = outcome.total;
-                    // Our own count as of the snapshot is in the total; what came after is not.
-                    s.local_at_global = s.local - s.unflushed;
-                    if let Some(previous) = outcome.previous_total {
-                        s.prev_global = s.prev_global.max(previous);
-                        s.prev_known = true;
-                    }
-                    let window_start = s.window * p.window_ns;
-                    // What the total holds beyond our own count and every listed entry's.
-                    let own = s.local_at_global;
-                    let listed: u64 = outcome
-                        .entries
-                        .iter()
-                        .filter(|e| &*e.node != node)
-                        .map(|e| e.count)
-                        .sum();
-                    let unlisted = outcome.total.saturating_sub(own.saturating_add(listed));
-                    let unlisted = (unlisted > 0 && p.policy != Policy::Reactive).then(|| Other {
-                        node: UNLISTED.clone(),
-                        count: unlisted,
-                        at: now,
-                        rate: unlisted as f64
-                            / now.saturating_sub(window_start).max(p.span_ns) as f64,
-                        unlisted: true,
-                    });
-                    if !outcome.entries.is_empty() {
-                        s.seen_entries = true;
-                        // An entry already stale when the store answers belongs to an instance
-                        // that left: drop it, or the next window roll would re-date it and
-                        // bring it back to life. After an outage every entry is old: keep them.
-                        let grace = now <= s.grace_until;
-                        let fresh = |at_ms: u64| {
-                            grace
-                                || now.saturating_sub(at_ms.saturating_mul(1_000_000))
-                                    <= 2 * p.span_ns
-                        };
-                        let mut others: Vec<Other> = outcome
-                            .entries
-                            .iter()
-                            .filter(|e| &*e.node != node && fresh(e.at_ms))
-                            .map(|e| Other {
-                                node: e.node.clone(),
-                                count: e.count,
-                                at: e.at_ms.saturating_mul(1_000_000),
-                                rate: e.rate_milli as f64 / 1e12,
-                                unlisted: false,
-                            })
-                            .collect();
-                        // Instances known from the previous window that have not flushed in this
-                        // one yet keep their carried rate until they go stale (one that did
-                        // report, even stale, is judged by its report above). The unlisted
-                        // counts are worked out afresh from each total.
-                        for o in s.others.take() {
-                            if !o.unlisted
-                                && o.at <= window_start
-                                && !outcome.entries.iter().any(|n| n.node == o.node)
-                            {
-                                others.push(o);
-                            }
-                        }
-                        others.extend(unlisted);
-                        s.others.set(others);
-                    } else if s.seen_entries {
-                        // A flush that only added its count: until now the key was ours alone,
-                        // and anything beyond our count is someone else's.
-                        let mut others = s.others.take();
-                        others.retain(|o| !o.unlisted);
-                        others.extend(unlisted);
-                        s.others.set(others);
-                    }
-                    if outcome.total > p.limit {
-                        s.block(p, now);
-                    }
-                    if p.budgets && s.seen_entries {
-                        s.set_budget(p, now);
-                    }
-                } else if fw + 1 == s.window {
-                    s.prev_global = s.prev_global.max(outcome.total);
+                if let Some(x) = &mut ext {
+                    x.heard_at = now;
+                }
+                if pending.window == kw {
+                    self.apply_outcome(&mut c, &mut ext, outcome, node, kw, now);
+                } else if pending.window + 1 == kw {
+                    c.prev_global = c.prev_global.max(sat32(outcome.total));
                 }
             }
             _ => {
                 ok = false;
-                s.cut_off = true;
-                restore(&mut s, fw, fc);
+                c.flags |= CUT_OFF;
+                c.restore(kw, pending.window, sent);
+            }
+        }
+        // Keep the extension while the key has others or a grace; drop it after.
+        match ext {
+            Some(x) if !x.others.is_empty() || now <= x.grace_until => {
+                match self.ext.get(&pending.name, &ext_guard) {
+                    Some(slot) if c.has(HAS_EXT) => *slot.lock() = x,
+                    _ => {
+                        self.ext
+                            .insert(pending.name.clone(), Mutex::new(x), &ext_guard);
+                    }
+                }
+                c.flags |= HAS_EXT;
+            }
+            _ => {
+                if c.has(HAS_EXT) {
+                    self.ext.remove(&pending.name, &ext_guard);
+                    c.flags &= !HAS_EXT;
+                }
             }
         }
         ok
     }
 
+    /// A reply for the key's current window: the total, the previous window's, the entries.
+    fn apply_outcome(
+        &self,
+        c: &mut Core,
+        ext: &mut Option<Ext>,
+        outcome: &FlushOutcome,
+        node: &str,
+        kw: u64,
+        now: Nanos,
+    ) {
+        let p = &self.params;
+        let window_start = p.window_start(kw);
+        // Our own count as of the snapshot is in the total; what came after is not.
+        let own = u64::from(c.local.saturating_sub(c.unflushed));
+        c.others_read = sat32(outcome.total.saturating_sub(own));
+        if let Some(previous) = outcome.previous_total {
+            c.prev_global = c.prev_global.max(sat32(previous));
+            c.flags |= PREV_KNOWN;
+        }
+        // What the total holds beyond our own count and every listed entry's.
+        let listed: u64 = outcome
+            .entries
+            .iter()
+            .filter(|e| &*e.node != node)
+            .map(|e| e.count)
+            .sum();
+        let unlisted = outcome.total.saturating_sub(own.saturating_add(listed));
+        let unlisted = (unlisted > 0 && p.policy != Policy::Reactive).then(|| Other {
+            node: UNLISTED.clone(),
+            count: unlisted,
+            at: now,
+            rate: unlisted as f64 / now.saturating_sub(window_start).max(p.span_ns) as f64,
+            unlisted: true,
+        });
+        if !outcome.entries.is_empty() {
+            c.flags |= SEEN_ENTRIES;
+            // An entry already stale when the store answers belongs to an instance that left:
+            // drop it, or the next window roll would re-date it and bring it back to life.
+            // After an outage every entry is old: keep them.
+            let grace = ext.as_ref().is_some_and(|x| now <= x.grace_until);
+            let fresh = |at_ms: u64| {
+                grace || now.saturating_sub(at_ms.saturating_mul(1_000_000)) <= 2 * p.span_ns
+            };
+            let mut others: Vec<Other> = outcome
+                .entries
+                .iter()
+                .filter(|e| &*e.node != node && fresh(e.at_ms))
+                .map(|e| Other {
+                    node: e.node.clone(),
+                    count: e.count,
+                    at: e.at_ms.saturating_mul(1_000_000),
+                    rate: e.rate_milli as f64 / 1e12,
+                    unlisted: false,
+                })
+                .collect();
+            // Instances known from the previous window that have not flushed in this one yet
+            // keep their carried rate until they go stale (one that did report, even stale, is
+            // judged by its report above). The unlisted counts are worked out afresh from each
+            // total.
+            let known = ext.as_mut().map(|x| std::mem::take(&mut x.others));
+            for o in known.into_iter().flatten() {
+                if !o.unlisted
+                    && o.at <= window_start
+                    && !outcome.entries.iter().any(|n| n.node == o.node)
+                {
+                    others.push(o);
+                }
+            }
+            others.extend(unlisted);
+            set_others(ext, others, now);
+        } else if c.has(SEEN_ENTRIES) {
+            // A flush that only added its count: until now the key was ours alone, and
+            // anything beyond our count is someone else's.
+            let mut others = ext
+                .as_mut()
+                .map(|x| std::mem::take(&mut x.others))
+                .unwrap_or_default();
+            others.retain(|o| !o.unlisted);
+            others.extend(unlisted);
+            set_others(ext, others, now);
+        }
+        if outcome.total > p.limit {
+            c.block(p, window_start, now);
+        }
+        if p.budgets
+            && c.has(SEEN_ENTRIES)
+            && let Some(x) = ext
+        {
+            c.set_budget(p, x, window_start, now);
+        }
+    }
+
+    /// Locks a key and its extension for a read.
+    fn with_key<T>(
+        &self,
+        name: &EcoString,
+        core: &Mutex<Core>,
+        ext_guard: &impl papaya::Guard,
+        f: impl FnOnce(&mut Core, Option<&mut Ext>) -> T,
+    ) -> T {
+        let mut c = core.lock();
+        let mut ext = c
+            .has(HAS_EXT)
+            .then(|| self.ext.get(name, ext_guard).map(|x| x.lock()))
+            .flatten();
+        f(&mut c, ext.as_deref_mut())
+    }
+
     pub(crate) fn key_info(&self, key: &str, now: Nanos) -> Option<crate::KeyInfo> {
+        let p = &self.params;
         let guard = self.keys.guard();
-        let k = self.keys.get(key, &guard)?;
-        let mut s = k.lock();
-        s.roll(&self.params, now);
-        Some(crate::KeyInfo {
-            rule_id: Arc::from(""),
-            window: s.window,
-            local: s.local,
-            global: s.global,
-            live_instances: s.live_others(&self.params, now) + 1,
-            node_estimate: s.node_estimate(),
-            estimate: s.estimate(&self.params, now, true),
-            blocked_until: s.blocked_until,
-            unflushed: s.unflushed + s.carry.map_or(0, |c| c.count),
-        })
+        let (name, core) = self.keys.get_key_value(key, &guard)?;
+        let ext_guard = self.ext.guard();
+        Some(self.with_key(name, core, &ext_guard, |c, mut ext| {
+            let w = now / p.window_ns;
+            c.roll(p, ext.as_deref_mut(), w, now);
+            let kw = c.key_window(w);
+            let window_start = p.window_start(kw);
+            crate::KeyInfo {
+                rule_id: Arc::from(""),
+                window: kw,
+                local: c.local.into(),
+                others_read: c.others_read.into(),
+                live_instances: ext.as_deref().map_or(0, |x| x.live_others(p, now)) + 1,
+                node_estimate: c.node_estimate(),
+                estimate: c.estimate(p, ext.as_deref(), window_start, now, true),
+                blocked_until: c.blocked_until(p, window_start),
+                unflushed: u64::from(c.unflushed) + u64::from(c.carry),
+            }
+        }))
     }
 
     /// Live instances for the busiest key, blocked keys, and the largest node estimate.
     pub(crate) fn gauges(&self, now: Nanos) -> (usize, usize, u64) {
+        let p = &self.params;
+        let w = now / p.window_ns;
         let guard = self.keys.guard();
+        let ext_guard = self.ext.guard();
         let (mut live, mut blocked, mut nodes) = (0, 0, 1);
-        for (_, key) in self.keys.iter(&guard) {
-            let s = key.lock();
-            live = live.max(s.live_others(&self.params, now) + 1);
-            if s.blocked_until > now {
-                blocked += 1;
-            }
-            nodes = nodes.max(s.node_estimate());
+        for (name, core) in self.keys.iter(&guard) {
+            self.with_key(name, core, &ext_guard, |c, ext| {
+                live = live.max(ext.map_or(0, |x| x.live_others(p, now)) + 1);
+                if c.blocked_until(p, p.window_start(c.key_window(w))) > now {
+                    blocked += 1;
+                }
+                nodes = nodes.max(c.node_estimate());
+            });
         }
         (live, blocked, nodes)
     }
 }
 
-/// Puts a count that did not reach the store back where the next flush picks it up.
-fn restore(s: &mut KeyState, window: u64, count: u64) {
-    if window == s.window {
-        s.unflushed += count;
-    } else if window + 1 == s.window {
-        s.carry = Some(match s.carry.map(WindowCount::pair) {
-            Some((cw, cc)) if cw == window => WindowCount::new(cw, cc + count),
-            _ => WindowCount::new(window, count),
-        });
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
+        let params = SyncedParams {
+            limit,
+            window_ns,
+            spans: 4,
+            span_ns: window_ns / 4,
+            cooldown_ns,
+            policy: Policy::Predictive,
+            sliding: false,
+            budgets: true,
+            expected_instances: 1,
+        };
+        SyncedRule::new(params, Arc::from("d/user"))
     }
-    // Older than the previous window: its key has expired in the store and no decision
-    // depends on it any more.
+
+    fn allowed(d: &(Decision, Option<Reason>)) -> bool {
+        matches!(d.0, Decision::Allowed(_))
+    }
+
+    #[test]
+    fn the_window_number_survives_its_low_32_bits_wrapping() {
+        let core = Core {
+            window: u32::MAX,
+            ..Core::default()
+        };
+        let w = (1u64 << 32) + 1;
+        assert_eq!(core.key_window(w), (1u64 << 32) - 1);
+        let ahead = Core {
+            window: 2,
+            ..Core::default()
+        };
+        // A clock that went back: the key's window is ahead of now's.
+        assert_eq!(ahead.key_window((1u64 << 32) + 1), (1u64 << 32) + 2);
+    }
+
+    #[test]
+    fn a_cooldown_that_crosses_the_window_end_keeps_its_time() {
+        let window = 60 * SECOND;
+        let r = rule(10, window, 40 * SECOND);
+        let t0 = 1_000 * window + 50 * SECOND;
+        let mut items = Vec::new();
+        let mut pending = Vec::new();
+        assert!(allowed(&r.check("k", t0, 1, true)));
+        r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
+        let outcome = FlushOutcome {
+            total: 11,
+            previous_total: Some(0),
+            entries: Vec::new(),
+        };
+        r.apply(&pending[0], Some(&[Ok(outcome)]), "me", t0);
+        // Blocked for 40 s from t0, i.e. 30 s into the next window.
+        let (d, reason) = r.check("k", t0 + 39 * SECOND, 1, true);
+        assert_eq!(reason, Some(Reason::GlobalBlock));
+        let Decision::Denied(denied) = d else {
+            panic!("{d:?}")
+        };
+        let retry = denied.retry_after.as_nanos() as u64;
+        assert!((SECOND..SECOND + 1_000).contains(&retry), "{retry}");
+        assert!(allowed(&r.check("k", t0 + 40 * SECOND + 1_000, 1, true)));
+    }
+
+    #[test]
+    fn a_key_idle_for_years_of_spans_starts_afresh() {
+        let window = SECOND;
+        let r = rule(5, window, 0);
+        let t0 = 1_000_000 * window;
+        for _ in 0..5 {
+            assert!(allowed(&r.check("k", t0, 1, true)));
+        }
+        assert!(!allowed(&r.check("k", t0, 1, true)));
+        // 2^16 + 3 windows later (never swept): the span's low bits look the same as before,
+        // the window's do not; nothing from the old window counts.
+        let later = t0 + ((1 << 16) + 3) * window;
+        for _ in 0..5 {
+            assert!(allowed(&r.check("k", later, 1, true)));
+        }
+        let info = r.key_info("k", later).unwrap();
+        assert_eq!((info.local, info.unflushed, info.blocked_until), (5, 5, 0));
+    }
+
+    #[test]
+    fn totals_beyond_32_bits_saturate_and_block() {
+        let r = rule(u64::from(u32::MAX), SECOND, 0);
+        let t0 = 7 * SECOND;
+        assert!(allowed(&r.check("k", t0, 1, true)));
+        let mut items = Vec::new();
+        let mut pending = Vec::new();
+        r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
+        let outcome = FlushOutcome {
+            total: u64::MAX,
+            previous_total: Some(u64::MAX),
+            entries: Vec::new(),
+        };
+        assert!(r.apply(&pending[0], Some(&[Ok(outcome)]), "me", t0));
+        let (_, reason) = r.check("k", t0 + 1, 1, true);
+        assert_eq!(reason, Some(Reason::GlobalBlock));
+        let info = r.key_info("k", t0 + 1).unwrap();
+        assert_eq!(info.others_read, u64::from(u32::MAX));
+    }
+
+    #[test]
+    fn only_shared_keys_have_an_extension_and_only_while_shared() {
+        let window = 60 * SECOND;
+        let r = rule(100, window, 0);
+        let me: Arc<str> = Arc::from("me");
+        let entry = |node: &str, count: u64, at: Nanos| NodeEntry {
+            node: Arc::from(node),
+            count,
+            at_ms: at / 1_000_000,
+            rate_milli: 1_000,
+        };
+        let t0 = 100 * window;
+        let flush = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
+            let (mut items, mut pending) = (Vec::new(), Vec::new());
+            r.prepare_flush(t, &me, &mut items, &mut pending);
+            let outcome = FlushOutcome {
+                total,
+                previous_total: Some(0),
+                entries,
+            };
+            assert!(r.apply(&pending[0], Some(&[Ok(outcome)]), "me", t));
+        };
+        assert!(r.check("alone", t0, 1, true).0.is_allowed());
+        assert!(r.check("shared", t0, 1, true).0.is_allowed());
+        let (mut items, mut pending) = (Vec::new(), Vec::new());
+        r.prepare_flush(t0, &me, &mut items, &mut pending);
+        let results: Vec<_> = items
+            .iter()
+            .map(|item| {
+                let shared = item.key.contains("shared");
+                Ok(FlushOutcome {
+                    total: if shared { 11 } else { 1 },
+                    previous_total: Some(0),
+                    entries: if shared {
+                        vec![entry("me", 1, t0), entry("other", 10, t0)]
+                    } else {
+                        vec![entry("me", 1, t0)]
+                    },
+                })
+            })
+            .collect();
+        for p in &pending {
+            assert!(r.apply(p, Some(&results), "me", t0));
+        }
+        assert_eq!(r.ext.len(), 1);
+        assert_eq!(r.key_info("shared", t0).unwrap().live_instances, 2);
+        assert_eq!(r.key_info("alone", t0).unwrap().live_instances, 1);
+        // The other instance stops; three spans later its entry is stale and the extension goes.
+        let t1 = t0 + 3 * (window / 4);
+        // (Denied: this instance's demand share was 0 at the last reply, but the hit is
+        // offered, so the key flushes.)
+        assert!(!r.check("shared", t1, 1, true).0.is_allowed());
+        flush(t1, 11, vec![entry("me", 1, t1), entry("other", 10, t0)]);
+        assert_eq!(r.ext.len(), 0);
+        assert_eq!(r.key_info("shared", t1).unwrap().live_instances, 1);
+    }
+
+    #[test]
+    fn a_failed_flush_puts_its_counts_back_in_their_windows() {
+        let window = 10 * SECOND;
+        let r = rule(100, window, 0);
+        let t0 = 50 * window + 9 * SECOND;
+        for _ in 0..3 {
+            assert!(r.check("k", t0, 1, true).0.is_allowed());
+        }
+        let mut items = Vec::new();
+        let mut pending = Vec::new();
+        r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
+        assert_eq!(r.key_info("k", t0).unwrap().unflushed, 0);
+        // The reply fails after the window ended: the 3 go to the carry, counted once.
+        let t1 = t0 + 2 * SECOND;
+        assert!(r.check("k", t1, 1, false).0.is_allowed());
+        assert!(!r.apply(&pending[0], None, "me", t1));
+        let info = r.key_info("k", t1).unwrap();
+        assert_eq!((info.local, info.unflushed), (1, 4));
+        items.clear();
+        pending.clear();
+        r.prepare_flush(t1, &Arc::from("me"), &mut items, &mut pending);
+        let sent: Vec<(u64, u64)> = items.iter().map(|i| (i.window, i.delta)).collect();
+        assert_eq!(sent, [(50, 3), (51, 1)]);
+    }
 }

@@ -127,8 +127,9 @@ pub struct KeyInfo {
     pub window: u64,
     /// Admitted here in the window.
     pub local: u64,
-    /// Global total read at the last flush.
-    pub global: u64,
+    /// The other instances' part of the window total read at the last flush (the total minus
+    /// this instance's own count at that moment); zero until a reply arrives in the window.
+    pub others_read: u64,
     /// Instances with a live entry for the key, this one included.
     pub live_instances: usize,
     /// The seed's node estimate.

@@ -57,8 +57,8 @@ pub struct EstimateSample {
     pub t_s: f64,
     /// The predictive estimate of the global count in the window.
     pub estimate: f64,
-    /// The global count read at the last flush.
-    pub global: u64,
+    /// The other nodes' counts in the window total read at the last flush.
+    pub others_read: u64,
     /// The seed's node estimate.
     pub node_estimate: u64,
     /// Instances with a live entry for the key.
@@ -391,7 +391,7 @@ fn simulate(
                 estimates.push(EstimateSample {
                     t_s: x as f64 / 1e9,
                     estimate: (info.estimate * 100.0).round() / 100.0,
-                    global: info.global,
+                    others_read: info.others_read,
                     node_estimate: info.node_estimate,
                     live_instances: info.live_instances,
                 });
