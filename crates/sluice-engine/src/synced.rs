@@ -82,8 +82,16 @@ fn sat32(v: u64) -> u32 {
 
 /// `Core::flags`.
 const INIT: u16 = 1;
-/// A reply for the key carried entries (the key is exchanged by `predictive` instances).
+/// A reply for the key carried entries: the key's cold start is over.
 const SEEN_ENTRIES: u16 = 1 << 1;
+/// Whether the key is shared is settled: a reply showed another instance (its entry, or counts
+/// no entry accounts for), or two replies showed this instance alone. One reply cannot tell:
+/// instances that flush at the same span boundary right after this one are not in it yet, so
+/// until then the key keeps exchanging entries (alone, it would send only its count and learn
+/// of the others as one unlisted group, from a total a span old).
+const SETTLED: u16 = 1 << 10;
+/// One reply so far showed this instance alone.
+const ALONE_ONCE: u16 = 1 << 11;
 /// The previous window's total has been read in this window.
 const PREV_KNOWN: u16 = 1 << 2;
 /// A flush of this key failed (the store was unreachable) and none has succeeded since.
@@ -653,15 +661,15 @@ impl SyncedRule {
                 }
                 c.offered = 0;
                 c.set_rate_at(p, window_start, now);
-                // Entries are exchanged on the key's first flush in a window and whenever the key
-                // is shared: the last reply showed another instance (an entry, or counts no
-                // entry accounts for), or a gap just ended. Alone, a flush only adds its count
+                // Entries are exchanged on the key's first flush in a window, until whether it is
+                // shared is settled (`SETTLED`), and whenever the key is shared: the last reply showed another
+                // instance (an entry, or counts no entry accounts for), or a gap just ended. Alone, a flush only adds its count
                 // (one command instead of three) and the total tells when someone else starts.
                 let shared = ext
                     .as_deref()
                     .is_some_and(|x| !x.others.is_empty() || now <= x.grace_until);
                 let exchange = p.policy != Policy::Reactive
-                    && (!c.has(PREV_KNOWN) || shared || c.has(CUT_OFF));
+                    && (!c.has(PREV_KNOWN) || !c.has(SETTLED) || shared || c.has(CUT_OFF));
                 let entry = exchange.then(|| NodeEntry {
                     node: node.clone(),
                     count: c.local.into(),
@@ -813,7 +821,15 @@ impl SyncedRule {
             unlisted: true,
         });
         if !outcome.entries.is_empty() {
+            let others_seen = listed > 0
+                || unlisted.is_some()
+                || outcome.entries.iter().any(|e| &*e.node != node);
             c.flags |= SEEN_ENTRIES;
+            if others_seen || c.has(ALONE_ONCE) {
+                c.flags |= SETTLED;
+            } else {
+                c.flags |= ALONE_ONCE;
+            }
             // An entry already stale when the store answers belongs to an instance that left:
             // drop it, or the next window roll would re-date it and bring it back to life.
             // After an outage every entry is old: keep them.

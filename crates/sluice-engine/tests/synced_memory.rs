@@ -64,6 +64,37 @@ async fn predictive_stays_within_five_percent_at_twice_the_limit() {
 }
 
 #[tokio::test]
+async fn a_fleet_that_starts_together_keeps_its_first_window() {
+    // Three instances start at once and flush at the same instants, always in the same order,
+    // with 3x the limit spread evenly: 30 per 2 s window, 4 spans, 3 instances expected. The
+    // first to flush sees only itself in its first reply; before it kept exchanging entries
+    // until a second reply settled that, it treated the others as one group a span out of
+    // date and the first window admitted 35.
+    let window_ns = 2 * SECOND;
+    let rules = synced_rule(30, "2s", 4, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::expecting(&rules, store, &[0, 0, 0], true, 3);
+    let step = window_ns / 90;
+    let mut admitted: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut t = T0;
+    for n in 0..90 * 4 {
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        if fleet.check(n % 3, "alice").allowed {
+            *admitted.entry(window_of(t, window_ns)).or_default() += 1;
+        }
+        t += step;
+    }
+    eprintln!("admitted per window: {admitted:?}");
+    for (w, count) in &admitted {
+        assert!(*count <= 31, "window {w}: admitted {count} > 30 + 5%");
+        assert!(*count >= 24, "window {w}: admitted only {count}");
+    }
+}
+
+#[tokio::test]
 async fn predictive_with_skewed_clocks_stays_within_five_percent() {
     let (admitted, _) = run_even(
         "predictive",

@@ -52,6 +52,17 @@ impl Fleet {
         skews_ms: &[i64],
         follow_store_clock: bool,
     ) -> Self {
+        Self::expecting(rules, store, skews_ms, follow_store_clock, 1)
+    }
+
+    /// As [`Fleet::new`], with `expected_instances` set (the predictive cold start).
+    pub fn expecting(
+        rules: &RuleSet,
+        store: Arc<dyn CounterStore>,
+        skews_ms: &[i64],
+        follow_store_clock: bool,
+        expected_instances: u64,
+    ) -> Self {
         let instances = skews_ms
             .iter()
             .enumerate()
@@ -65,6 +76,7 @@ impl Fleet {
                     EngineOptions {
                         node_id: Some(format!("node-{i}")),
                         follow_store_clock,
+                        expected_instances,
                         ..EngineOptions::default()
                     },
                 );
