@@ -227,13 +227,15 @@ impl Core {
     }
 
     fn rate_at(&self, p: &SyncedParams, window_start: Nanos) -> Nanos {
-        let t = i128::from(window_start) + i128::from(self.rate_at) * i128::from(p.unit_ns());
-        t.clamp(0, i128::from(u64::MAX)) as u64
+        window_start
+            .saturating_add_signed(i64::from(self.rate_at).saturating_mul(p.unit_ns() as i64))
     }
 
     fn set_rate_at(&mut self, p: &SyncedParams, window_start: Nanos, at: Nanos) {
-        let offset =
-            (i128::from(at) - i128::from(window_start)).div_euclid(i128::from(p.unit_ns()));
+        // Times are nanoseconds since the epoch: both fit an i64 until the year 2262.
+        let offset = (at as i64)
+            .saturating_sub(window_start as i64)
+            .div_euclid(p.unit_ns() as i64);
         self.rate_at = offset.clamp(i32::MIN.into(), i32::MAX.into()) as i32;
     }
 
@@ -735,10 +737,11 @@ impl SyncedRule {
         };
         // The key's extension, taken out while the reply is applied (it is only ever touched
         // under the key's lock, which is held) and put back or dropped at the end.
-        let ext_guard = self.ext.guard();
-        let mut ext: Option<Ext> = if c.has(HAS_EXT) {
+        let had_ext = c.has(HAS_EXT);
+        let mut ext: Option<Ext> = if had_ext {
             self.ext
-                .get(&pending.name, &ext_guard)
+                .pin()
+                .get(&pending.name)
                 .map(|x| std::mem::take(&mut *x.lock()))
         } else {
             None
@@ -767,21 +770,20 @@ impl SyncedRule {
         // Keep the extension while the key has others or a grace; drop it after.
         match ext {
             Some(x) if !x.others.is_empty() || now <= x.grace_until => {
-                match self.ext.get(&pending.name, &ext_guard) {
-                    Some(slot) if c.has(HAS_EXT) => *slot.lock() = x,
+                let map = self.ext.pin();
+                match map.get(&pending.name) {
+                    Some(slot) if had_ext => *slot.lock() = x,
                     _ => {
-                        self.ext
-                            .insert(pending.name.clone(), Mutex::new(x), &ext_guard);
+                        map.insert(pending.name.clone(), Mutex::new(x));
                     }
                 }
                 c.flags |= HAS_EXT;
             }
-            _ => {
-                if c.has(HAS_EXT) {
-                    self.ext.remove(&pending.name, &ext_guard);
-                    c.flags &= !HAS_EXT;
-                }
+            _ if had_ext => {
+                self.ext.pin().remove(&pending.name);
+                c.flags &= !HAS_EXT;
             }
+            _ => {}
         }
         ok
     }
