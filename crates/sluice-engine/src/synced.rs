@@ -85,13 +85,12 @@ const INIT: u16 = 1;
 /// A reply for the key carried entries: the key's cold start is over.
 const SEEN_ENTRIES: u16 = 1 << 1;
 /// Whether the key is shared is settled: a reply showed another instance (its entry, or counts
-/// no entry accounts for), or two replies showed this instance alone. One reply cannot tell:
+/// no entry accounts for), or two replies with entries showed this instance alone (so
+/// `SEEN_ENTRIES` without `SETTLED` means one such reply so far). One reply cannot tell:
 /// instances that flush at the same span boundary right after this one are not in it yet, so
 /// until then the key keeps exchanging entries (alone, it would send only its count and learn
 /// of the others as one unlisted group, from a total a span old).
 const SETTLED: u16 = 1 << 10;
-/// One reply so far showed this instance alone.
-const ALONE_ONCE: u16 = 1 << 11;
 /// The previous window's total has been read in this window.
 const PREV_KNOWN: u16 = 1 << 2;
 /// A flush of this key failed (the store was unreachable) and none has succeeded since.
@@ -577,9 +576,8 @@ impl SyncedRule {
         let mut core = entry.lock();
         if core.has(HAS_EXT) {
             let ext_guard = self.ext.guard();
-            if let Some(ext) = self.ext.get(key, &ext_guard) {
-                return core.check(&self.params, Some(&mut ext.lock()), now, cost, store_ok);
-            }
+            let mut ext = self.lock_ext(&core, key, &ext_guard);
+            return core.check(&self.params, ext.as_deref_mut(), now, cost, store_ok);
         }
         core.check(&self.params, None, now, cost, store_ok)
     }
@@ -615,19 +613,11 @@ impl SyncedRule {
         let mut idle: Vec<EcoString> = Vec::new();
         for (name, key) in self.keys.iter(&guard) {
             let mut c = key.lock();
-            let mut ext = c
-                .has(HAS_EXT)
-                .then(|| self.ext.get(name, &ext_guard).map(|x| x.lock()))
-                .flatten();
+            let mut ext = self.lock_ext(&c, name, &ext_guard);
             c.roll(p, ext.as_deref_mut(), w, now);
             let kw = c.key_window(w);
             let window_start = p.window_start(kw);
-            let mut flush = PendingFlush {
-                name: EcoString::new(),
-                window: kw,
-                carry: None,
-                current: None,
-            };
+            let (mut carry, mut current) = (None, None);
             let mut store_key: Option<Arc<str>> = None;
             let mut store_key = || {
                 store_key
@@ -639,7 +629,7 @@ impl SyncedRule {
                     .clone()
             };
             if c.carry > 0 {
-                flush.carry = Some((items.len(), c.carry));
+                carry = Some((items.len(), c.carry));
                 items.push(FlushItem {
                     key: store_key(),
                     window: kw - 1,
@@ -680,7 +670,7 @@ impl SyncedRule {
                     at_ms: now / 1_000_000,
                     rate_milli: (f64::from(c.rate) * 1e12) as u64,
                 });
-                flush.current = Some((items.len(), c.unflushed));
+                current = Some((items.len(), c.unflushed));
                 items.push(FlushItem {
                     key: store_key(),
                     window: kw,
@@ -698,9 +688,13 @@ impl SyncedRule {
             {
                 idle.push(name.clone());
             }
-            if flush.carry.is_some() || flush.current.is_some() {
-                flush.name = name.clone();
-                pending.push(flush);
+            if carry.is_some() || current.is_some() {
+                pending.push(PendingFlush {
+                    name: name.clone(),
+                    window: kw,
+                    carry,
+                    current,
+                });
             }
         }
         for name in &idle {
@@ -828,12 +822,10 @@ impl SyncedRule {
             let others_seen = listed > 0
                 || unlisted.is_some()
                 || outcome.entries.iter().any(|e| &*e.node != node);
-            c.flags |= SEEN_ENTRIES;
-            if others_seen || c.has(ALONE_ONCE) {
+            if others_seen || c.has(SEEN_ENTRIES) {
                 c.flags |= SETTLED;
-            } else {
-                c.flags |= ALONE_ONCE;
             }
+            c.flags |= SEEN_ENTRIES;
             // An entry already stale when the store answers belongs to an instance that left:
             // drop it, or the next window roll would re-date it and bring it back to life.
             // After an outage every entry is old: keep them.
@@ -890,44 +882,39 @@ impl SyncedRule {
         }
     }
 
-    /// Locks a key and its extension for a read.
-    fn with_key<T>(
+    /// The key's extension, locked, if it has one (the caller holds the key's lock).
+    fn lock_ext<'g>(
         &self,
-        name: &EcoString,
-        core: &Mutex<Core>,
-        ext_guard: &impl papaya::Guard,
-        f: impl FnOnce(&mut Core, Option<&mut Ext>) -> T,
-    ) -> T {
-        let mut c = core.lock();
-        let mut ext = c
-            .has(HAS_EXT)
-            .then(|| self.ext.get(name, ext_guard).map(|x| x.lock()))
-            .flatten();
-        f(&mut c, ext.as_deref_mut())
+        core: &Core,
+        name: &str,
+        guard: &'g impl papaya::Guard,
+    ) -> Option<parking_lot::MutexGuard<'g, Ext>> {
+        core.has(HAS_EXT)
+            .then(|| self.ext.get(name, guard).map(|x| x.lock()))
+            .flatten()
     }
 
     pub(crate) fn key_info(&self, key: &str, now: Nanos) -> Option<crate::KeyInfo> {
         let p = &self.params;
         let guard = self.keys.guard();
-        let (name, core) = self.keys.get_key_value(key, &guard)?;
+        let mut c = self.keys.get(key, &guard)?.lock();
         let ext_guard = self.ext.guard();
-        Some(self.with_key(name, core, &ext_guard, |c, mut ext| {
-            let w = now / p.window_ns;
-            c.roll(p, ext.as_deref_mut(), w, now);
-            let kw = c.key_window(w);
-            let window_start = p.window_start(kw);
-            crate::KeyInfo {
-                rule_id: Arc::from(""),
-                window: kw,
-                local: c.local.into(),
-                others_read: c.others_read.into(),
-                live_instances: ext.as_deref().map_or(0, |x| x.live_others(p, now)) + 1,
-                node_estimate: c.node_estimate(),
-                estimate: c.estimate(p, ext.as_deref(), window_start, now, true),
-                blocked_until: c.blocked_until(p, window_start),
-                unflushed: u64::from(c.unflushed) + u64::from(c.carry),
-            }
-        }))
+        let mut ext = self.lock_ext(&c, key, &ext_guard);
+        let w = now / p.window_ns;
+        c.roll(p, ext.as_deref_mut(), w, now);
+        let kw = c.key_window(w);
+        let window_start = p.window_start(kw);
+        Some(crate::KeyInfo {
+            rule_id: Arc::from(""),
+            window: kw,
+            local: c.local.into(),
+            others_read: c.others_read.into(),
+            live_instances: ext.as_deref().map_or(0, |x| x.live_others(p, now)) + 1,
+            node_estimate: c.node_estimate(),
+            estimate: c.estimate(p, ext.as_deref(), window_start, now, true),
+            blocked_until: c.blocked_until(p, window_start),
+            unflushed: u64::from(c.unflushed) + u64::from(c.carry),
+        })
     }
 
     /// Live instances for the busiest key, blocked keys, and the largest node estimate.
@@ -938,13 +925,13 @@ impl SyncedRule {
         let ext_guard = self.ext.guard();
         let (mut live, mut blocked, mut nodes) = (0, 0, 1);
         for (name, core) in self.keys.iter(&guard) {
-            self.with_key(name, core, &ext_guard, |c, ext| {
-                live = live.max(ext.map_or(0, |x| x.live_others(p, now)) + 1);
-                if c.blocked_until(p, p.window_start(c.key_window(w))) > now {
-                    blocked += 1;
-                }
-                nodes = nodes.max(c.node_estimate());
-            });
+            let c = core.lock();
+            let ext = self.lock_ext(&c, name, &ext_guard);
+            live = live.max(ext.map_or(0, |x| x.live_others(p, now)) + 1);
+            if c.blocked_until(p, p.window_start(c.key_window(w))) > now {
+                blocked += 1;
+            }
+            nodes = nodes.max(c.node_estimate());
         }
         (live, blocked, nodes)
     }
