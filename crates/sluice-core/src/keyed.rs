@@ -93,6 +93,9 @@ where
             .hasher(FastHasher::default())
             .capacity(capacity)
             .resize_mode(ResizeMode::Blocking)
+            // Free a replaced table at once: with seize's default batch of 32 the (request) thread
+            // that resized keeps the old table until it retires 31 more objects, i.e. for good.
+            .collector(seize::Collector::new().batch_size(1))
             .build();
         Self {
             algorithm,

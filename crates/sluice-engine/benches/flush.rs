@@ -52,7 +52,7 @@ fn main() {
         spray(&shared);
     }
     if run("memory") {
-        memory_per_key(&shared);
+        memory_per_key(&clock, &shared);
     }
     if run("flush") {
         flush(&clock, &shared);
@@ -91,7 +91,7 @@ fn spray(shared: &Arc<dyn Clock>) {
     );
 }
 
-fn memory_per_key(shared: &Arc<dyn Clock>) {
+fn memory_per_key(clock: &ManualClock, shared: &Arc<dyn Clock>) {
     let memory = Arc::new(MemoryStore::new(shared.clone()));
     let engine = Engine::new(
         &rules("predictive"),
@@ -117,6 +117,17 @@ fn memory_per_key(shared: &Arc<dyn Clock>) {
         "memory/synced: 1M tracked keys (8-byte values) add {:.1} MiB = {:.0} bytes per key",
         (after - before) as f64 / 1048576.0,
         (after - before) as f64 / 1e6
+    );
+    // The sweep that forgets them: one flush sends the counts, the flush three windows later
+    // finds every key idle and removes it (each removal retires the entry for reclamation).
+    now_or_never(engine.flush());
+    clock.advance(Duration::from_secs(240));
+    let start = quanta::Instant::now();
+    let report = now_or_never(engine.flush());
+    println!(
+        "memory/synced: the sweep evicting {} idle keys took {:.1} ms",
+        report.evicted,
+        start.elapsed().as_secs_f64() * 1e3
     );
 }
 

@@ -548,6 +548,9 @@ impl SyncedRule {
             keys: HashMap::builder()
                 .hasher(FastHasher::default())
                 .capacity(1024)
+                // Free a replaced table at once: with seize's default batch of 32 the (request) thread
+                // that resized keeps the old table until it retires 31 more objects, i.e. for good.
+                .collector(seize::Collector::new().batch_size(1))
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
             ext: HashMap::builder()
