@@ -151,6 +151,10 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
         ("predictive", "predictive", 1),
         ("predictive-shared", "predictive", 2),
     ] {
+        // `FLUSH_VARIANT=predictive-shared` runs one variant (for a profiler).
+        if std::env::var("FLUSH_VARIANT").is_ok_and(|v| v != name) {
+            continue;
+        }
         let make = |node: &str| {
             Engine::new(
                 &rules(policy),

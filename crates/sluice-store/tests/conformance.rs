@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::ManualClock;
-use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions};
+use sluice_store::{CounterStore, FlushItem, MemoryStore, RedisStore, RedisStoreOptions};
 use sluice_testkit::{RedisCluster, RedisSentinel, RedisServer, conformance};
 
 fn options() -> RedisStoreOptions {
@@ -84,4 +84,36 @@ async fn redis_cluster_conforms() {
     let target = cluster.target();
     let store = RedisStore::connect(target, options()).unwrap();
     conformance::run(&store, "cluster").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_over_tls_conforms_and_flushes_to_every_master() {
+    let cluster = RedisCluster::start_tls();
+    let trusting = RedisStoreOptions {
+        tls_root_pem: Some(cluster.tls_certificate()),
+        ..options()
+    };
+    let store = RedisStore::connect(cluster.target(), trusting).unwrap();
+    conformance::run(&store, "cluster-tls").await;
+    // 300 keys with their own hash tags land on all three masters: one TLS round trip each,
+    // to the TLS ports the nodes announce (the store was only given TLS ports).
+    let items: Vec<FlushItem> = (0..300)
+        .map(|i| FlushItem {
+            key: format!("tls-spread:{{{i}}}").into(),
+            window: 7,
+            delta: 2,
+            ttl: Duration::from_secs(60),
+            entry: None,
+            want_previous: false,
+            first_write: true,
+        })
+        .collect();
+    let reply = store.flush(&items).await.unwrap();
+    assert_eq!(reply.round_trips, 3);
+    for result in &reply.results {
+        assert_eq!(result.as_ref().unwrap().total, 2);
+    }
+    // Without trusting the cluster's CA, the nodes are refused (verification is on).
+    let store = RedisStore::connect(cluster.target(), options()).unwrap();
+    assert!(store.time().await.is_err());
 }

@@ -121,65 +121,7 @@ impl RedisServer {
     /// [`RedisServer::tls_certificate`].
     pub fn start_tls() -> Self {
         let mut server = Self::new(false, true);
-        // A CA, and a certificate for 127.0.0.1 signed by it (a self-signed server certificate
-        // is refused by webpki as a CA used as an end entity).
-        let dir = server.dir.clone();
-        std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n")
-            .expect("write the certificate extensions");
-        let openssl = |args: &[&str]| {
-            let status = Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl is needed for the TLS fixture");
-            assert!(status.success(), "openssl {args:?} failed");
-        };
-        openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=sluice-test-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-        ]);
-        openssl(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            "key.pem",
-            "-out",
-            "server.csr",
-        ]);
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            "ext.cnf",
-            "-out",
-            "cert.pem",
-        ]);
+        make_certificates(&server.dir);
         server.spawn();
         server
     }
@@ -206,13 +148,9 @@ impl RedisServer {
     fn spawn(&mut self) {
         let mut command = Command::new("redis-server");
         if self.tls {
-            let file = |name: &str| self.dir.join(name).display().to_string();
             command
-                .args(["--port", "0", "--tls-port", &self.port.to_string()])
-                .args(["--tls-cert-file", &file("cert.pem")])
-                .args(["--tls-key-file", &file("key.pem")])
-                .args(["--tls-ca-cert-file", &file("ca.pem")])
-                .args(["--tls-auth-clients", "no"]);
+                .args(["--port", "0"])
+                .args(tls_args(&self.dir, self.port));
         } else {
             command.args(["--port", &self.port.to_string()]);
         }
@@ -292,6 +230,86 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A CA (`ca.pem`) and a certificate for 127.0.0.1 signed by it (`cert.pem`, `key.pem`) in
+/// `dir`, made by `openssl` (a self-signed server certificate is refused by webpki as a CA used
+/// as an end entity).
+fn make_certificates(dir: &std::path::Path) {
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n")
+        .expect("write the certificate extensions");
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl is needed for the TLS fixture");
+        assert!(status.success(), "openssl {args:?} failed");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=sluice-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "server.csr",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "cert.pem",
+    ]);
+}
+
+/// `redis-server` arguments for a TLS port with the certificates of [`make_certificates`]
+/// (clients are not asked for certificates).
+fn tls_args(dir: &std::path::Path, tls_port: u16) -> Vec<String> {
+    let file = |name: &str| dir.join(name).display().to_string();
+    vec![
+        "--tls-port".into(),
+        tls_port.to_string(),
+        "--tls-cert-file".into(),
+        file("cert.pem"),
+        "--tls-key-file".into(),
+        file("key.pem"),
+        "--tls-ca-cert-file".into(),
+        file("ca.pem"),
+        "--tls-auth-clients".into(),
+        "no".into(),
+    ]
 }
 
 /// `127.0.0.1:<port>` for each port.
@@ -544,8 +562,10 @@ impl Drop for RedisSentinel {
 /// A Redis Cluster of three masters with one replica each, on free loopback ports.
 pub struct RedisCluster {
     dir: PathBuf,
-    /// All node ports.
+    /// All node ports (plain text; the fixture's own commands use them).
     pub ports: Vec<u16>,
+    /// With [`RedisCluster::start_tls`]: each node's TLS port, in the order of `ports`.
+    pub tls_ports: Option<Vec<u16>>,
     children: Vec<Option<Child>>,
 }
 
@@ -554,9 +574,22 @@ impl RedisCluster {
     /// A machine under load (a cold CI build running every test at once) can make one attempt
     /// fail; it is retried twice on fresh ports, and the last failure says what redis-cli said.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Like [`RedisCluster::start`], with TLS between the nodes (`tls-cluster`,
+    /// `tls-replication`) and a TLS port on each node beside its plain one, with the
+    /// certificates of [`RedisServer::start_tls`]. [`RedisCluster::target`] names the TLS
+    /// ports, so the nodes announce their TLS ports to the store (`CLUSTER SLOTS`,
+    /// redirections); clients must trust [`RedisCluster::tls_certificate`].
+    pub fn start_tls() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Self {
         let mut errors = Vec::new();
         for _ in 0..3 {
-            match Self::try_start() {
+            match Self::try_start(tls) {
                 Ok(cluster) => return cluster,
                 Err(e) => errors.push(e),
             }
@@ -567,41 +600,53 @@ impl RedisCluster {
         );
     }
 
-    fn try_start() -> Result<Self, String> {
+    fn try_start(tls: bool) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "sluice-cluster-{}-{}",
             std::process::id(),
             free_port()
         ));
+        std::fs::create_dir_all(&dir).expect("create cluster dir");
         let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
         // The cluster bus gets its own free port: the default (port + 10000) can be taken, or
         // above 65535 for an ephemeral port.
         let bus_ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
+        let tls_ports: Option<Vec<u16>> = tls.then(|| {
+            make_certificates(&dir);
+            (0..6).map(|_| free_port()).collect()
+        });
         let children = ports
             .iter()
             .zip(&bus_ports)
-            .map(|(&p, &bus)| {
-                let conf = format!("nodes-{p}.conf");
-                Some(spawn_redis(
-                    p,
-                    &dir.join(p.to_string()),
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--cluster-port",
-                        &bus.to_string(),
-                        "--cluster-node-timeout",
-                        "1500",
-                    ],
-                ))
+            .enumerate()
+            .map(|(i, (&p, &bus))| {
+                let mut args: Vec<String> = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &format!("nodes-{p}.conf"),
+                    "--cluster-port",
+                    &bus.to_string(),
+                    "--cluster-node-timeout",
+                    "1500",
+                ]
+                .map(str::to_owned)
+                .into();
+                if let Some(tls_ports) = &tls_ports {
+                    args.extend(tls_args(&dir, tls_ports[i]));
+                    args.extend(
+                        ["--tls-cluster", "yes", "--tls-replication", "yes"].map(str::to_owned),
+                    );
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Some(spawn_redis(p, &dir.join(p.to_string()), &args))
             })
             .collect();
         // From here on, dropping `cluster` stops the nodes and removes the directory.
         let cluster = Self {
             dir,
             ports,
+            tls_ports,
             children,
         };
         let nodes: Vec<String> = cluster
@@ -642,23 +687,29 @@ impl RedisCluster {
         Ok(cluster)
     }
 
-    /// The store target for this cluster (no auth, no TLS).
+    /// The store target for this cluster (no auth; the TLS ports with [`RedisCluster::start_tls`]).
     pub fn target(&self) -> sluice_store::RedisTarget {
         sluice_store::RedisTarget::Cluster {
-            nodes: loopback(&self.ports),
+            nodes: loopback(self.tls_ports.as_ref().unwrap_or(&self.ports)),
             auth: None,
-            tls: false,
+            tls: self.tls_ports.is_some(),
         }
     }
 
-    /// `redis+cluster://127.0.0.1:<p1>,...`.
+    /// `redis+cluster://127.0.0.1:<p1>,...` (`rediss+cluster://` and the TLS ports with TLS).
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
-        format!("redis+cluster://{}", hosts.join(","))
+        let scheme = if self.tls_ports.is_some() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        let hosts = loopback(self.tls_ports.as_ref().unwrap_or(&self.ports));
+        format!("{scheme}://{}", hosts.join(","))
+    }
+
+    /// The certificate (PEM) of the CA that signed the nodes' certificate (TLS clusters).
+    pub fn tls_certificate(&self) -> Vec<u8> {
+        std::fs::read(self.dir.join("ca.pem")).expect("a TLS cluster has a CA certificate")
     }
 
     /// Ports of the current masters.

@@ -405,6 +405,14 @@ impl ClusterBackend {
             }
             builder = builder.password(password);
         }
+        // A private CA for `rediss://` nodes (every node, those learnt from `CLUSTER SLOTS` and
+        // redirections included).
+        if let Some(pem) = options.tls_root_pem.clone().filter(|_| *tls) {
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            });
+        }
         let client = builder.build().map_err(|e| map_error(&e))?;
         Ok(Self {
             client,

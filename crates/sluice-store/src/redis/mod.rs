@@ -28,7 +28,7 @@ pub struct RedisStoreOptions {
     pub connect_timeout: Duration,
     /// Longest pause between reconnection attempts (they back off exponentially up to this).
     pub max_backoff: Duration,
-    /// For TLS (standalone `rediss://`, and Sentinel's data nodes and Sentinels): PEM root
+    /// For TLS (standalone `rediss://`, Sentinel's data nodes and Sentinels, Cluster nodes): PEM root
     /// certificate(s) to trust instead of the built-in web roots, for servers with a private CA.
     pub tls_root_pem: Option<Vec<u8>>,
 }
