@@ -74,9 +74,20 @@ async fn sentinel_failover_with_passwords() {
     failover_while_flushing(sentinel, Some("d-pass")).await;
 }
 
+/// The same over TLS: TLS to the Sentinels (resolving, `+switch-master`) and to the data nodes,
+/// which replicate over TLS and are named by their TLS ports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_over_tls() {
+    failover_while_flushing(RedisSentinel::start_tls(), None).await;
+}
+
 async fn failover_while_flushing(sentinel: RedisSentinel, data_password: Option<&str>) {
     let target = sentinel.target();
-    let store = Arc::new(RedisStore::connect(target, options()).unwrap());
+    let trusting = RedisStoreOptions {
+        tls_root_pem: sentinel.tls_ports.map(|_| sentinel.tls_certificate()),
+        ..options()
+    };
+    let store = Arc::new(RedisStore::connect(target, trusting).unwrap());
     let rules = synced_rule(1_000_000, "1h", 360, "predictive", "fixed_window");
     let fleet = Fleet::new(&rules, store.clone(), &[0], false);
     let users: Vec<String> = (0..20).map(|i| format!("user-{i}")).collect();

@@ -79,6 +79,27 @@ async fn redis_sentinel_conforms() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel_over_tls_conforms() {
+    let sentinel = RedisSentinel::start_tls();
+    let trusting = RedisStoreOptions {
+        tls_root_pem: Some(sentinel.tls_certificate()),
+        ..options()
+    };
+    let store = RedisStore::connect(sentinel.target(), trusting).unwrap();
+    conformance::run(&store, "sentinel-tls").await;
+    // Without trusting the CA, the Sentinels are refused (verification is on).
+    let store = RedisStore::connect(sentinel.target(), options()).unwrap();
+    assert!(store.time().await.is_err());
+    // Plain text to the Sentinels' TLS ports fails too: the store reached them over TLS.
+    let mut plain = sentinel.target();
+    if let sluice_store::RedisTarget::Sentinel { sentinel_tls, .. } = &mut plain {
+        *sentinel_tls = false;
+    }
+    let store = RedisStore::connect(plain, options()).unwrap();
+    assert!(store.time().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_conforms() {
     let cluster = RedisCluster::start();
     let target = cluster.target();

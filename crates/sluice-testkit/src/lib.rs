@@ -329,7 +329,7 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
     condition()
 }
 
-fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
+fn spawn_redis<S: AsRef<std::ffi::OsStr>>(port: u16, dir: &std::path::Path, extra: &[S]) -> Child {
     std::fs::create_dir_all(dir).expect("create redis dir");
     let child = Command::new("redis-server")
         .args([
@@ -384,6 +384,9 @@ pub struct RedisSentinel {
     /// `requirepass` of the Sentinels, and of the master and replica.
     sentinel_password: Option<String>,
     data_password: Option<String>,
+    /// With [`RedisSentinel::start_tls`]: the TLS ports of the master and replica, then of the
+    /// three Sentinels (in the order of `data_ports` and `sentinel_ports`).
+    pub tls_ports: Option<([u16; 2], [u16; 3])>,
 }
 
 impl RedisSentinel {
@@ -398,33 +401,85 @@ impl RedisSentinel {
     /// Like [`RedisSentinel::start`], with `requirepass` on the Sentinels and/or on the data
     /// nodes (the Sentinels then log in to each other and to the data nodes).
     pub fn start_with_passwords(sentinel: Option<&str>, data: Option<&str>) -> Self {
+        Self::start_with(sentinel, data, false)
+    }
+
+    /// Like [`RedisSentinel::start`], with TLS everywhere the store goes: the master, the
+    /// replica and the Sentinels each get a TLS port beside their plain one (the fixture's own
+    /// commands use the plain ones), replication and the Sentinels' links run over TLS
+    /// (`tls-replication`), and the Sentinels monitor and name the master by its TLS port.
+    /// [`RedisSentinel::target`] names the Sentinels' TLS ports with TLS to both; clients must
+    /// trust [`RedisSentinel::tls_certificate`] (the certificates of [`RedisServer::start_tls`]).
+    pub fn start_tls() -> Self {
+        Self::start_with(None, None, true)
+    }
+
+    fn start_with(sentinel: Option<&str>, data: Option<&str>, tls: bool) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "sluice-sentinel-{}-{}",
             std::process::id(),
             free_port()
         ));
+        std::fs::create_dir_all(&dir).expect("create sentinel dir");
         let master = free_port();
         let replica = free_port();
-        let auth: Vec<&str> =
-            data.map_or_else(Vec::new, |p| vec!["--requirepass", p, "--masterauth", p]);
-        let master_port = master.to_string();
-        let mut replica_args = vec!["--replicaof", "127.0.0.1", &master_port];
-        replica_args.extend(&auth);
+        let tls_ports = tls.then(|| {
+            make_certificates(&dir);
+            (
+                [free_port(), free_port()],
+                [free_port(), free_port(), free_port()],
+            )
+        });
+        // The port the master is monitored, replicated and named by.
+        let master_announced = tls_ports.map_or(master, |(data, _)| data[0]);
+        let mut common: Vec<String> = data.map_or_else(Vec::new, |p| {
+            ["--requirepass", p, "--masterauth", p]
+                .map(str::to_owned)
+                .into()
+        });
+        if tls {
+            common.extend(["--tls-replication", "yes"].map(str::to_owned));
+        }
+        let node_args = |i: usize| {
+            let mut args = common.clone();
+            if let Some((data, _)) = tls_ports {
+                args.extend(tls_args(&dir, data[i]));
+            }
+            if i == 1 {
+                args.extend([
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    master_announced.to_string(),
+                ]);
+            }
+            args
+        };
+        let (master_args, replica_args) = (node_args(0), node_args(1));
         let mut children = vec![
-            Some(spawn_redis(master, &dir.join("master"), &auth)),
+            Some(spawn_redis(master, &dir.join("master"), &master_args)),
             Some(spawn_redis(replica, &dir.join("replica"), &replica_args)),
         ];
         let sentinel_ports = [free_port(), free_port(), free_port()];
-        for port in sentinel_ports {
+        for (i, port) in sentinel_ports.into_iter().enumerate() {
             let sdir = dir.join(format!("sentinel-{port}"));
             std::fs::create_dir_all(&sdir).expect("create sentinel dir");
             let conf = sdir.join("sentinel.conf");
             let mut text = format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {} 127.0.0.1 {master} 2\nsentinel down-after-milliseconds {m} 1000\nsentinel failover-timeout {m} 4000\nsentinel parallel-syncs {m} 1\n",
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {} 127.0.0.1 {master_announced} 2\nsentinel down-after-milliseconds {m} 1000\nsentinel failover-timeout {m} 4000\nsentinel parallel-syncs {m} 1\n",
                 sdir.display(),
                 Self::MASTER,
                 m = Self::MASTER
             );
+            if let Some((_, sentinels)) = tls_ports {
+                let file = |name: &str| dir.join(name).display().to_string();
+                text.push_str(&format!(
+                    "tls-port {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                    sentinels[i],
+                    file("cert.pem"),
+                    file("key.pem"),
+                    file("ca.pem")
+                ));
+            }
             if let Some(p) = data {
                 text.push_str(&format!("sentinel auth-pass {} {p}\n", Self::MASTER));
             }
@@ -454,12 +509,14 @@ impl RedisSentinel {
             children,
             sentinel_password: sentinel.map(str::to_owned),
             data_password: data.map(str::to_owned),
+            tls_ports,
         };
+        let replica_announced = setup.announced(replica);
         let ready = wait_until(Duration::from_secs(15), || {
             setup.sentinel_ports.iter().all(|&p| {
                 setup
                     .sentinel_command(p, &format!("SENTINEL REPLICAS {}", Self::MASTER))
-                    .contains(&replica.to_string())
+                    .contains(&replica_announced.to_string())
             }) && setup
                 .data_command(replica, "INFO replication")
                 .contains("master_link_status:up")
@@ -482,42 +539,72 @@ impl RedisSentinel {
         raw_command_as(port, self.data_password.as_deref(), command)
     }
 
-    /// The store target for this setup (db 0, no TLS; the fixture's passwords, no ACL users).
-    pub fn target(&self) -> sluice_store::RedisTarget {
-        sluice_store::RedisTarget::Sentinel {
-            sentinels: loopback(&self.sentinel_ports),
-            master: Self::MASTER.to_owned(),
-            auth: self.data_password.clone().map(|p| (None, p)),
-            db: 0,
-            tls: false,
-            sentinel_auth: self.sentinel_password.clone().map(|p| (None, p)),
-            sentinel_tls: false,
+    /// The port a data node is known by to the Sentinels and the store (its TLS port with TLS).
+    fn announced(&self, data_port: u16) -> u16 {
+        match self.tls_ports {
+            Some((tls, _)) => tls[usize::from(data_port != self.data_ports[0])],
+            None => data_port,
         }
     }
 
-    /// `redis+sentinel://[:<data password>@]127.0.0.1:<s1>,..,127.0.0.1:<s3>/mymaster[?sentinel_password=..]`.
+    /// The Sentinel ports the store is given (the TLS ones with TLS).
+    fn store_sentinel_ports(&self) -> [u16; 3] {
+        self.tls_ports.map_or(self.sentinel_ports, |(_, s)| s)
+    }
+
+    /// The certificate (PEM) of the CA that signed every node's certificate (TLS setups).
+    pub fn tls_certificate(&self) -> Vec<u8> {
+        std::fs::read(self.dir.join("ca.pem")).expect("a TLS setup has a CA certificate")
+    }
+
+    /// The store target for this setup (db 0; the fixture's passwords, no ACL users; TLS to the
+    /// data nodes and the Sentinels with [`RedisSentinel::start_tls`]).
+    pub fn target(&self) -> sluice_store::RedisTarget {
+        let tls = self.tls_ports.is_some();
+        sluice_store::RedisTarget::Sentinel {
+            sentinels: loopback(&self.store_sentinel_ports()),
+            master: Self::MASTER.to_owned(),
+            auth: self.data_password.clone().map(|p| (None, p)),
+            db: 0,
+            tls,
+            sentinel_auth: self.sentinel_password.clone().map(|p| (None, p)),
+            sentinel_tls: tls,
+        }
+    }
+
+    /// `redis+sentinel://[:<data password>@]127.0.0.1:<s1>,..,127.0.0.1:<s3>/mymaster[?sentinel_password=..]`
+    /// (`rediss+sentinel://` to the TLS ports with `sentinel_tls=true` for a TLS setup).
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinel_ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
+        let hosts = loopback(&self.store_sentinel_ports());
         let login = self
             .data_password
             .as_ref()
             .map_or_else(String::new, |p| format!(":{p}@"));
-        let query = self
-            .sentinel_password
-            .as_ref()
-            .map_or_else(String::new, |p| format!("?sentinel_password={p}"));
+        let mut query: Vec<String> = Vec::new();
+        if let Some(p) = &self.sentinel_password {
+            query.push(format!("sentinel_password={p}"));
+        }
+        if self.tls_ports.is_some() {
+            query.push("sentinel_tls=true".into());
+        }
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", query.join("&"))
+        };
+        let scheme = if self.tls_ports.is_some() {
+            "rediss+sentinel"
+        } else {
+            "redis+sentinel"
+        };
         format!(
-            "redis+sentinel://{login}{}/{}{query}",
+            "{scheme}://{login}{}/{}{query}",
             hosts.join(","),
             Self::MASTER
         )
     }
 
-    /// The port the Sentinels currently name as master.
+    /// The (plain) port of the server the Sentinels currently name as master.
     pub fn master_port(&self) -> Option<u16> {
         let reply = self.sentinel_command(
             self.sentinel_ports[0],
@@ -525,7 +612,7 @@ impl RedisSentinel {
         );
         self.data_ports
             .into_iter()
-            .find(|p| reply.contains(&format!("\r\n{p}\r\n")))
+            .find(|&p| reply.contains(&format!("\r\n{}\r\n", self.announced(p))))
     }
 
     /// Forces a failover and waits until the Sentinels name the other server as master and it
