@@ -60,11 +60,17 @@ pub struct NodeEntry {
 }
 
 impl NodeEntry {
-    pub(crate) fn encode(&self) -> String {
-        format!("{}:{}:{}", self.count, self.at_ms, self.rate_milli)
+    /// `count:at_ms:rate_milli`, the hash field's value.
+    pub(crate) fn encode_into(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{}:{}:{}", self.count, self.at_ms, self.rate_milli);
     }
 
-    pub(crate) fn decode(node: &str, value: &str) -> Option<Self> {
+    pub(crate) fn decode(
+        node: &str,
+        value: &str,
+        names: &mut crate::redis::NodeNames,
+    ) -> Option<Self> {
         let mut parts = value.split(':');
         let count = parts.next()?.parse().ok()?;
         let at_ms = parts.next()?.parse().ok()?;
@@ -73,7 +79,7 @@ impl NodeEntry {
             return None;
         }
         Some(Self {
-            node: node.into(),
+            node: names.get(node),
             count,
             at_ms,
             rate_milli,

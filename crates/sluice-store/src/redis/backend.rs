@@ -12,7 +12,9 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{Cmd, ConnectionAddr, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
-use super::{RedisStoreOptions, RedisTarget, flush_pipeline, map_error, parse_time, read_item};
+use super::{
+    NodeNames, RedisStoreOptions, RedisTarget, flush_pipeline, map_error, parse_time, read_item,
+};
 use crate::{FlushItem, FlushOutcome, FlushReply, StoreError};
 
 pub(super) enum Backend {
@@ -521,10 +523,11 @@ impl ClusterBackend {
                         .last()
                         .and_then(|t| t.as_ref().ok())
                         .and_then(parse_time);
+                    let mut names = NodeNames::default();
                     let per_item: Vec<Result<FlushOutcome, StoreError>> = owned
                         .iter()
                         .zip(&plans)
-                        .map(|(item, plan)| read_item(item, plan, &replies))
+                        .map(|(item, plan)| read_item(item, plan, &replies, &mut names))
                         .collect();
                     (per_item, time)
                 });

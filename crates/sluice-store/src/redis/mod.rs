@@ -124,16 +124,35 @@ fn as_u64(v: &Value) -> Option<u64> {
     }
 }
 
-fn as_str(v: &Value) -> Option<String> {
+fn as_str(v: &Value) -> Option<&str> {
     match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
         _ => None,
     }
 }
 
-fn parse_entries(v: &Value) -> Option<Vec<NodeEntry>> {
-    let pairs: Vec<(String, String)> = match v {
+/// The instance ids met while reading one flush's replies: a fleet has a handful, and every
+/// shared key names them all, so each entry clones one of these instead of allocating its own.
+#[derive(Default)]
+pub(crate) struct NodeNames(Vec<Arc<str>>);
+
+impl NodeNames {
+    pub(crate) fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.0.iter().find(|n| &***n == name) {
+            return known.clone();
+        }
+        let new: Arc<str> = name.into();
+        // Bounded: entries someone wrote under many names are read, not remembered.
+        if self.0.len() < 64 {
+            self.0.push(new.clone());
+        }
+        new
+    }
+}
+
+fn parse_entries(v: &Value, names: &mut NodeNames) -> Option<Vec<NodeEntry>> {
+    let pairs: Vec<(&str, &str)> = match v {
         Value::Array(flat) => flat
             .chunks(2)
             .map(|p| match p {
@@ -151,7 +170,7 @@ fn parse_entries(v: &Value) -> Option<Vec<NodeEntry>> {
     Some(
         pairs
             .iter()
-            .filter_map(|(n, e)| NodeEntry::decode(n, e))
+            .filter_map(|(n, e)| NodeEntry::decode(n, e, names))
             .collect(),
     )
 }
@@ -173,37 +192,49 @@ pub(crate) fn flush_pipeline(
     items: &[&FlushItem],
     with_time: bool,
 ) -> (redis::Pipeline, Vec<ItemPlan>, usize) {
+    use std::fmt::Write as _;
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     let mut n = 0;
     let mut plans = Vec::with_capacity(items.len());
+    // Key names and entries are written into these and copied into each command's own buffer:
+    // no allocation per key here (the flush's cost is per key; a shared key takes 3 commands).
+    let mut counter = String::with_capacity(128);
+    let mut other = String::with_capacity(128);
     for item in items {
-        let counter = format!("{}:{}", item.key, item.window);
+        counter.clear();
+        let _ = write!(counter, "{}:{}", item.key, item.window);
         let ttl_ms = u64::try_from(item.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        pipe.cmd("INCRBY").arg(&counter).arg(item.delta);
+        pipe.cmd("INCRBY").arg(counter.as_str()).arg(item.delta);
         let incr = n;
         n += 1;
         if item.first_write {
-            pipe.cmd("PEXPIRE").arg(&counter).arg(ttl_ms);
+            pipe.cmd("PEXPIRE").arg(counter.as_str()).arg(ttl_ms);
             n += 1;
         }
         let previous = item.want_previous.then(|| {
-            pipe.cmd("GET")
-                .arg(format!("{}:{}", item.key, item.window.saturating_sub(1)));
+            other.clear();
+            let _ = write!(other, "{}:{}", item.key, item.window.saturating_sub(1));
+            pipe.cmd("GET").arg(other.as_str());
             n += 1;
             n - 1
         });
         let entries = item.entry.as_ref().map(|e| {
-            let nodes = format!("{counter}:n");
-            pipe.cmd("HSET").arg(&nodes).arg(&*e.node).arg(e.encode());
+            counter.push_str(":n");
+            other.clear();
+            e.encode_into(&mut other);
+            pipe.cmd("HSET")
+                .arg(counter.as_str())
+                .arg(&*e.node)
+                .arg(other.as_str());
             n += 1;
             if item.first_write {
-                pipe.cmd("PEXPIRE").arg(&nodes).arg(ttl_ms);
+                pipe.cmd("PEXPIRE").arg(counter.as_str()).arg(ttl_ms);
                 n += 1;
             }
-            pipe.cmd("HGETALL").arg(&nodes);
+            pipe.cmd("HGETALL").arg(counter.as_str());
             n += 1;
             n - 1
         });
@@ -227,6 +258,7 @@ pub(crate) fn read_item(
     item: &FlushItem,
     plan: &ItemPlan,
     replies: &[Result<Value, String>],
+    names: &mut NodeNames,
 ) -> Result<FlushOutcome, StoreError> {
     let bad = |detail: String| StoreError::BadReply {
         key: item.key.to_string(),
@@ -247,7 +279,7 @@ pub(crate) fn read_item(
     let entries = plan
         .entries
         .and_then(|i| match replies.get(i) {
-            Some(Ok(v)) => parse_entries(v),
+            Some(Ok(v)) => parse_entries(v, names),
             _ => None,
         })
         .unwrap_or_default();
@@ -453,10 +485,11 @@ impl RedisStore {
             .last()
             .and_then(|t| t.as_ref().ok())
             .and_then(parse_time);
+        let mut names = NodeNames::default();
         let results: Vec<Result<FlushOutcome, StoreError>> = items
             .iter()
             .zip(&plans)
-            .map(|(item, plan)| read_item(item, plan, &replies))
+            .map(|(item, plan)| read_item(item, plan, &replies, &mut names))
             .collect();
         // A demoted master refuses writes item by item: nothing was applied; find the new one.
         if let Some(Err(e)) = results.iter().find(|r| {
@@ -605,6 +638,47 @@ impl CounterStore for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_share_the_instance_names_of_one_flush_and_odd_ones_are_skipped() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |others: &str| {
+            Value::Array(vec![
+                bulk("node-a"),
+                bulk("3:1000:250"),
+                bulk("node-b"),
+                bulk(others),
+            ])
+        };
+        let mut names = NodeNames::default();
+        let first = parse_entries(&reply("5:1001:0"), &mut names).unwrap();
+        let second = parse_entries(&reply("not:an:entry:at:all"), &mut names).unwrap();
+        assert_eq!(
+            first,
+            vec![
+                NodeEntry {
+                    node: "node-a".into(),
+                    count: 3,
+                    at_ms: 1000,
+                    rate_milli: 250
+                },
+                NodeEntry {
+                    node: "node-b".into(),
+                    count: 5,
+                    at_ms: 1001,
+                    rate_milli: 0
+                },
+            ]
+        );
+        // The second key's `node-a` is the same allocation; its odd entry is left out.
+        assert_eq!(second.len(), 1);
+        assert!(Arc::ptr_eq(&first[0].node, &second[0].node));
+        // A reply that is not a list of pairs is no entries at all.
+        assert_eq!(parse_entries(&Value::Int(3), &mut names), None);
+        let mut encoded = String::new();
+        first[1].encode_into(&mut encoded);
+        assert_eq!(encoded, "5:1001:0");
+    }
 
     #[test]
     fn the_pipeline_sends_what_redis_commands_counts() {
