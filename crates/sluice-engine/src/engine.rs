@@ -648,21 +648,20 @@ impl Engine {
                         }
                         engine.flushed_span.store(span, Ordering::Relaxed);
                         let mut mine = Vec::new();
-                        let evicted = synced.prepare_flush(now, &self.node, &mut items, &mut mine);
-                        report.evicted += evicted;
-                        if evicted > 0 {
+                        let sweep = synced.prepare_flush(now, &self.node, &mut items, &mut mine);
+                        report.evicted += sweep.evicted;
+                        if sweep.evicted > 0 {
                             counter!("sluice_evicted_keys_total", "rule" => engine.id.to_string())
-                                .increment(evicted as u64);
+                                .increment(sweep.evicted as u64);
                         }
                         gauge!("sluice_tracked_keys", "rule" => engine.id.to_string())
                             .set(synced.keys.len() as f64);
-                        let (live, blocked, nodes) = synced.gauges(now);
                         gauge!("sluice_live_instances", "rule" => engine.id.to_string())
-                            .set(live as f64);
+                            .set(sweep.live_instances as f64);
                         gauge!("sluice_blocked_keys", "rule" => engine.id.to_string())
-                            .set(blocked as f64);
+                            .set(sweep.blocked as f64);
                         gauge!("sluice_node_estimate", "rule" => engine.id.to_string())
-                            .set(nodes as f64);
+                            .set(sweep.node_estimate as f64);
                         pending.extend(mine.into_iter().map(|p| (engine, p)));
                     }
                     RuleKind::Local(local) => {

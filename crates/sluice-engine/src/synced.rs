@@ -143,6 +143,18 @@ const _: () = assert!(std::mem::size_of::<Core>() == 52);
 // With the lock and the inline name, a map entry is 72 bytes: one 80-byte allocation.
 const _: () = assert!(std::mem::size_of::<(EcoString, Mutex<Core>)>() == 72);
 
+/// What one flush sweep over a rule's keys found (idle keys it removed, and the gauges).
+#[derive(Debug, Default)]
+pub(crate) struct Sweep {
+    pub evicted: usize,
+    /// Instances counting the busiest key (this one included).
+    pub live_instances: usize,
+    /// Keys blocked now.
+    pub blocked: usize,
+    /// The seed's node estimate, largest over the keys.
+    pub node_estimate: u64,
+}
+
 /// What a key counted by several instances adds: the others' entries, this instance's budget,
 /// the grace after an outage. Lives in [`SyncedRule::ext`] while the key has others or a grace.
 #[derive(Debug, Default)]
@@ -335,6 +347,28 @@ impl Core {
             estimate += f64::from(self.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
         }
         estimate
+    }
+
+    /// Whether a shared key is far below its limit: the estimate, grown for two more spans at
+    /// the key's known demand (this instance's rate and every live other's), stays under half
+    /// the limit. Such a key needs no entries until it nears the limit (DESIGN.md: "keys far
+    /// below their limit may skip the per-node entries"): the total `INCRBY` returns bounds the
+    /// estimate from below, and the others count as one unlisted group meanwhile.
+    fn far_below(&self, p: &SyncedParams, ext: &Ext, window_start: Nanos, now: Nanos) -> bool {
+        if now <= ext.grace_until {
+            // After an outage the entries are what tells the others' counts on their way.
+            return false;
+        }
+        let rate = f64::from(self.rate)
+            + ext
+                .others
+                .iter()
+                .filter(|o| ext.live(p, o, now))
+                .map(|o| o.rate)
+                .sum::<f64>();
+        let grown =
+            self.estimate(p, Some(ext), window_start, now, true) + rate * (2 * p.span_ns) as f64;
+        grown < p.limit as f64 / 2.0
     }
 
     /// This instance's share of the key's demand (its rate over all live instances' rates).
@@ -601,25 +635,36 @@ impl SyncedRule {
         true
     }
 
-    /// Snapshots every key with counts to send; removes idle keys. Returns the number evicted.
+    /// Snapshots every key with counts to send and removes idle keys, in one pass that also
+    /// takes the rule's gauges.
     pub(crate) fn prepare_flush(
         &self,
         now: Nanos,
         node: &Arc<str>,
         items: &mut Vec<FlushItem>,
         pending: &mut Vec<PendingFlush>,
-    ) -> usize {
+    ) -> Sweep {
         let p = &self.params;
         let w = now / p.window_ns;
         let guard = self.keys.guard();
         let ext_guard = self.ext.guard();
         let mut idle: Vec<EcoString> = Vec::new();
+        let mut sweep = Sweep {
+            live_instances: 1,
+            node_estimate: 1,
+            ..Sweep::default()
+        };
         for (name, key) in self.keys.iter(&guard) {
             let mut c = key.lock();
             let mut ext = self.lock_ext(&c, name, &ext_guard);
             c.roll(p, ext.as_deref_mut(), w, now);
             let kw = c.key_window(w);
             let window_start = p.window_start(kw);
+            sweep.live_instances = sweep
+                .live_instances
+                .max(ext.as_deref().map_or(0, |x| x.live_others(p, now)) + 1);
+            sweep.blocked += usize::from(c.blocked_until(p, window_start) > now);
+            sweep.node_estimate = sweep.node_estimate.max(c.node_estimate());
             let (mut carry, mut current) = (None, None);
             let mut store_key: Option<Arc<str>> = None;
             let mut store_key = || {
@@ -659,12 +704,15 @@ impl SyncedRule {
                 c.offered = 0;
                 c.set_rate_at(p, window_start, now);
                 // Entries are exchanged on the key's first flush in a window, until whether it is
-                // shared is settled (`SETTLED`), and whenever the key is shared: the last reply showed another
-                // instance (an entry, or counts no entry accounts for), or a gap just ended. Alone, a flush only adds its count
-                // (one command instead of three) and the total tells when someone else starts.
-                let shared = ext
-                    .as_deref()
-                    .is_some_and(|x| !x.others.is_empty() || now <= x.grace_until);
+                // shared is settled (`SETTLED`), and whenever the key is shared (the last reply
+                // showed another instance: an entry, or counts no entry accounts for; or a gap
+                // just ended) unless it is far below its limit. Otherwise a flush only adds its
+                // count (one command instead of three) and the total tells when someone else
+                // starts.
+                let shared = ext.as_deref().is_some_and(|x| {
+                    (!x.others.is_empty() || now <= x.grace_until)
+                        && !c.far_below(p, x, window_start, now)
+                });
                 let exchange = p.policy != Policy::Reactive
                     && (!c.has(PREV_KNOWN) || !c.has(SETTLED) || shared || c.has(CUT_OFF));
                 let entry = exchange.then(|| NodeEntry {
@@ -704,7 +752,8 @@ impl SyncedRule {
             self.keys.remove(name, &guard);
             self.ext.remove(name, &ext_guard);
         }
-        idle.len()
+        sweep.evicted = idle.len();
+        sweep
     }
 
     /// Applies a flush reply (or failure) to one key.
@@ -736,15 +785,13 @@ impl SyncedRule {
         };
         // The key's extension, taken out while the reply is applied (it is only ever touched
         // under the key's lock, which is held) and put back or dropped at the end.
-        let had_ext = c.has(HAS_EXT);
-        let mut ext: Option<Ext> = if had_ext {
-            self.ext
-                .pin()
-                .get(&pending.name)
-                .map(|x| std::mem::take(&mut *x.lock()))
+        let ext_guard = self.ext.guard();
+        let slot = if c.has(HAS_EXT) {
+            self.ext.get(&pending.name, &ext_guard)
         } else {
             None
         };
+        let mut ext: Option<Ext> = slot.map(|x| std::mem::take(&mut *x.lock()));
         match results.and_then(|r| r.get(i)) {
             Some(Ok(outcome)) => {
                 if c.has(CUT_OFF) {
@@ -767,19 +814,19 @@ impl SyncedRule {
             }
         }
         // Keep the extension while the key has others or a grace; drop it after.
-        match ext {
-            Some(x) if !x.others.is_empty() || now <= x.grace_until => {
-                let map = self.ext.pin();
-                match map.get(&pending.name) {
-                    Some(slot) if had_ext => *slot.lock() = x,
-                    _ => {
-                        map.insert(pending.name.clone(), Mutex::new(x));
+        match (ext, slot) {
+            (Some(x), slot) if !x.others.is_empty() || now <= x.grace_until => {
+                match slot {
+                    Some(slot) => *slot.lock() = x,
+                    None => {
+                        self.ext
+                            .insert(pending.name.clone(), Mutex::new(x), &ext_guard);
                     }
                 }
                 c.flags |= HAS_EXT;
             }
-            _ if had_ext => {
-                self.ext.pin().remove(&pending.name);
+            (_, Some(_)) => {
+                self.ext.remove(&pending.name, &ext_guard);
                 c.flags &= !HAS_EXT;
             }
             _ => {}
@@ -864,13 +911,14 @@ impl SyncedRule {
             others.extend(unlisted);
             set_others(ext, others, now);
         } else if c.has(SEEN_ENTRIES) {
-            // A flush that only added its count: until now the key was ours alone, and
-            // anything beyond our count is someone else's.
+            // A flush that only added its count (the key was ours alone, or far below its
+            // limit): anything beyond our count is someone else's, one unlisted group. Entries
+            // known from before are in that total too (kept, they would count twice).
             let mut others = ext
                 .as_mut()
                 .map(|x| std::mem::take(&mut x.others))
                 .unwrap_or_default();
-            others.retain(|o| !o.unlisted);
+            others.clear();
             others.extend(unlisted);
             set_others(ext, others, now);
         }
@@ -918,25 +966,6 @@ impl SyncedRule {
             blocked_until: c.blocked_until(p, window_start),
             unflushed: u64::from(c.unflushed) + u64::from(c.carry),
         })
-    }
-
-    /// Live instances for the busiest key, blocked keys, and the largest node estimate.
-    pub(crate) fn gauges(&self, now: Nanos) -> (usize, usize, u64) {
-        let p = &self.params;
-        let w = now / p.window_ns;
-        let guard = self.keys.guard();
-        let ext_guard = self.ext.guard();
-        let (mut live, mut blocked, mut nodes) = (0, 0, 1);
-        for (name, core) in self.keys.iter(&guard) {
-            let c = core.lock();
-            let ext = self.lock_ext(&c, name, &ext_guard);
-            live = live.max(ext.map_or(0, |x| x.live_others(p, now)) + 1);
-            if c.blocked_until(p, p.window_start(c.key_window(w))) > now {
-                blocked += 1;
-            }
-            nodes = nodes.max(c.node_estimate());
-        }
-        (live, blocked, nodes)
     }
 }
 
