@@ -1133,6 +1133,61 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_key_far_below_its_limit_sends_only_its_count_until_it_nears_half() {
+        let window = 60 * SECOND;
+        let span = window / 4;
+        let r = rule(1000, window, 0);
+        let me: Arc<str> = Arc::from("me");
+        // The other instance: 1 hit a second.
+        let other = |count: u64, at: Nanos| NodeEntry {
+            node: Arc::from("other"),
+            count,
+            at_ms: at / 1_000_000,
+            rate_milli: 1_000,
+        };
+        // One hit, a second later a flush; returns whether it carried this instance's entry.
+        let round = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
+            assert!(r.check("k", t - SECOND, 1, true).0.is_allowed());
+            let (mut items, mut pending) = (Vec::new(), Vec::new());
+            r.prepare_flush(t, &me, &mut items, &mut pending);
+            let sent_entry = items[0].entry.is_some();
+            let outcome = FlushOutcome {
+                total,
+                previous_total: Some(0),
+                entries,
+            };
+            assert!(r.apply(&pending[0], Some(&[Ok(outcome)]), "me", t));
+            sent_entry
+        };
+        let t0 = 100 * window + SECOND;
+        let mine = |count: u64, at: Nanos| NodeEntry {
+            node: me.clone(),
+            count,
+            at_ms: at / 1_000_000,
+            rate_milli: 1_000,
+        };
+        // The key's first flush in the window exchanges entries and finds the other.
+        assert!(round(t0, 2, vec![mine(1, t0), other(1, t0)]));
+        assert_eq!(r.key_info("k", t0).unwrap().live_instances, 2);
+        // Far below 1000 (an estimate of ~18, growing ~30 in two spans): only the count goes;
+        // the others become one unlisted group holding what the total shows beyond ours.
+        assert!(!round(t0 + span, 40, vec![]));
+        let info = r.key_info("k", t0 + span).unwrap();
+        assert_eq!((info.others_read, info.live_instances), (38, 2));
+        assert!(info.estimate >= 40.0, "{info:?}");
+        // The total jumps to 600: past half the limit, the next flush exchanges entries again.
+        assert!(!round(t0 + span + SECOND, 600, vec![]));
+        assert!(round(
+            t0 + span + 2 * SECOND,
+            601,
+            vec![mine(4, t0 + span + 2 * SECOND), other(597, t0 + span)]
+        ));
+        // A new window: the first flush exchanges entries whatever the count.
+        let t4 = t0 + window;
+        assert!(round(t4, 2, vec![mine(1, t4), other(1, t4)]));
+    }
+
+    #[test]
     fn a_failed_flush_puts_its_counts_back_in_their_windows() {
         let window = 10 * SECOND;
         let r = rule(100, window, 0);
