@@ -203,7 +203,10 @@ impl Ext {
 }
 
 /// Sets a key's others, creating its extension if it has none and there are any.
-fn set_others(ext: &mut Option<Ext>, others: Vec<Other>, now: Nanos) {
+fn set_others(ext: &mut Option<Ext>, mut others: Vec<Other>, now: Nanos) {
+    // Built by pushes, the list would keep room for 4 or 8 (48 bytes each) for one or two
+    // others, for as long as the key is shared.
+    others.shrink_to_fit();
     match ext {
         Some(x) => x.others = others,
         None if !others.is_empty() => {
@@ -590,6 +593,7 @@ impl SyncedRule {
             ext: HashMap::builder()
                 .hasher(FastHasher::default())
                 .capacity(64)
+                .collector(seize::Collector::new().batch_size(1))
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
         }
