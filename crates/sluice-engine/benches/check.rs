@@ -2,14 +2,15 @@
 //! tracked key: `local` vs `synced`, manual clock, memory store. Also counts heap allocations
 //! per check on tracked keys.
 
+mod common;
+
 use std::alloc::System;
-use std::future::Future;
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::now_or_never;
 use criterion::{Criterion, criterion_group};
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
@@ -18,14 +19,6 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-fn now_or_never<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("check waited"),
-    }
-}
 
 fn engine(mode: &str) -> (Engine, ManualClock) {
     let yaml = format!(

@@ -2,23 +2,16 @@
 //! tracked synced key, and a 10M-key spray at a rule capped at 1M keys.
 //! Run: `cargo bench -p sluice-engine --bench flush`
 
-use std::future::Future;
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::now_or_never;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_store::{MemoryStore, RedisStore, RedisStoreOptions};
-
-fn now_or_never<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("check waited"),
-    }
-}
 
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")

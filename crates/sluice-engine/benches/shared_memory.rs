@@ -6,12 +6,13 @@
 //! Resident memory is not used here: the flush's own items and replies, freed by then, stay in
 //! glibc's heap and would blur the figure. Run: `cargo bench -p sluice-engine --bench shared_memory`
 
+mod common;
+
 use std::alloc::System;
-use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
+use common::now_or_never;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_store::{
@@ -21,14 +22,6 @@ use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
-
-fn now_or_never<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("waited"),
-    }
-}
 
 /// Answers every flush as if one other instance had counted each key as much as this one (its
 /// entry mirrors this instance's). Keeps nothing.

@@ -15,6 +15,14 @@ fn options() -> RedisStoreOptions {
     }
 }
 
+/// [`options`] trusting the CA certificate `pem` (the TLS fixtures make their own CA).
+fn trusting(pem: Vec<u8>) -> RedisStoreOptions {
+    RedisStoreOptions {
+        tls_root_pem: Some(pem),
+        ..options()
+    }
+}
+
 #[tokio::test]
 async fn memory_store_conforms() {
     let store = MemoryStore::new(Arc::new(ManualClock::new(1_700_000_000_000_000_000)));
@@ -55,11 +63,7 @@ async fn redis_with_an_acl_user_conforms_and_a_wrong_password_is_a_clear_error()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_over_tls_conforms() {
     let server = RedisServer::start_tls();
-    let trusting = RedisStoreOptions {
-        tls_root_pem: Some(server.tls_certificate()),
-        ..options()
-    };
-    let store = RedisStore::open(&server.url(), trusting).unwrap();
+    let store = RedisStore::open(&server.url(), trusting(server.tls_certificate())).unwrap();
     conformance::run(&store, "tls").await;
     // Without trusting its certificate, the server is refused (verification is on).
     let store = RedisStore::open(&server.url(), options()).unwrap();
@@ -81,11 +85,8 @@ async fn redis_sentinel_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_sentinel_over_tls_conforms() {
     let sentinel = RedisSentinel::start_tls();
-    let trusting = RedisStoreOptions {
-        tls_root_pem: Some(sentinel.tls_certificate()),
-        ..options()
-    };
-    let store = RedisStore::connect(sentinel.target(), trusting).unwrap();
+    let store =
+        RedisStore::connect(sentinel.target(), trusting(sentinel.tls_certificate())).unwrap();
     conformance::run(&store, "sentinel-tls").await;
     // Without trusting the CA, the Sentinels are refused (verification is on).
     let store = RedisStore::connect(sentinel.target(), options()).unwrap();
@@ -110,11 +111,7 @@ async fn redis_cluster_conforms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_over_tls_conforms_and_flushes_to_every_master() {
     let cluster = RedisCluster::start_tls();
-    let trusting = RedisStoreOptions {
-        tls_root_pem: Some(cluster.tls_certificate()),
-        ..options()
-    };
-    let store = RedisStore::connect(cluster.target(), trusting).unwrap();
+    let store = RedisStore::connect(cluster.target(), trusting(cluster.tls_certificate())).unwrap();
     conformance::run(&store, "cluster-tls").await;
     // 300 keys with their own hash tags land on all three masters: one TLS round trip each,
     // to the TLS ports the nodes announce (the store was only given TLS ports).

@@ -5,7 +5,6 @@
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use sluice_config::{RuleSet, parse_domain};
@@ -28,11 +27,7 @@ pub fn synced_rule(limit: u64, window: &str, spans: u32, policy: &str, algorithm
 
 /// Polls a future once: local and synced checks must complete without waiting on anything.
 pub fn now_or_never<F: Future>(f: F) -> Option<F::Output> {
-    let mut f = std::pin::pin!(f);
-    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(v) => Some(v),
-        Poll::Pending => None,
-    }
+    futures_util::FutureExt::now_or_never(f)
 }
 
 pub struct Instance {
