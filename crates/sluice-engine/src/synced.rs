@@ -653,6 +653,7 @@ impl SyncedRule {
         let guard = self.keys.guard();
         let ext_guard = self.ext.guard();
         let mut idle: Vec<EcoString> = Vec::new();
+        let mut key_buf = String::with_capacity(128);
         let mut sweep = Sweep {
             live_instances: 1,
             node_estimate: 1,
@@ -674,9 +675,9 @@ impl SyncedRule {
             let mut store_key = || {
                 store_key
                     .get_or_insert_with(|| {
-                        sluice_store::CounterKey::from_encoded(&self.rule_id, name)
-                            .as_str()
-                            .into()
+                        key_buf.clear();
+                        sluice_store::CounterKey::write_encoded(&mut key_buf, &self.rule_id, name);
+                        key_buf.as_str().into()
                     })
                     .clone()
             };

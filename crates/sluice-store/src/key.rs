@@ -28,20 +28,26 @@ impl CounterKey {
     /// The key of `rule_id` for values already encoded as `<len>:<value>...` (the engine's
     /// in-memory key), so the engine need not keep a store key per tracked key.
     pub fn from_encoded(rule_id: &str, encoded_values: &str) -> Self {
+        let mut key =
+            String::with_capacity(KEY_PREFIX.len() + 24 + rule_id.len() + encoded_values.len());
+        Self::write_encoded(&mut key, rule_id, encoded_values);
+        Self(key)
+    }
+
+    /// Appends the key [`CounterKey::from_encoded`] builds to `out` (a flush reuses one buffer
+    /// for all its keys).
+    pub fn write_encoded(out: &mut String, rule_id: &str, encoded_values: &str) {
         // A fixed hash: every instance must compute the same tag.
         let mut hasher = Fnv::default();
         hasher.write(rule_id.as_bytes());
         hasher.write_u8(0xff);
         hasher.write(encoded_values.as_bytes());
-        let mut key =
-            String::with_capacity(KEY_PREFIX.len() + 24 + rule_id.len() + encoded_values.len());
         let _ = write!(
-            key,
+            out,
             "{KEY_PREFIX}{{{:016x}}}:{}:{rule_id}{encoded_values}",
             hasher.finish(),
             rule_id.len()
         );
-        Self(key)
     }
 
     /// The key as a string.
