@@ -866,11 +866,21 @@ impl SyncedRule {
             .map(|e| e.count)
             .sum();
         let unlisted = outcome.total.saturating_sub(own.saturating_add(listed));
+        // Their rate: the average over the window so far, or, when the last reply in this
+        // window also had them, the recent one if higher (a surge shows at once).
+        let recent = ext
+            .as_ref()
+            .and_then(|x| x.others.iter().find(|o| o.unlisted && o.at > window_start))
+            .filter(|o| now > o.at)
+            .map_or(0.0, |o| {
+                unlisted.saturating_sub(o.count) as f64 / now.saturating_sub(o.at) as f64
+            });
         let unlisted = (unlisted > 0 && p.policy != Policy::Reactive).then(|| Other {
             node: UNLISTED.clone(),
             count: unlisted,
             at: now,
-            rate: unlisted as f64 / now.saturating_sub(window_start).max(p.span_ns) as f64,
+            rate: (unlisted as f64 / now.saturating_sub(window_start).max(p.span_ns) as f64)
+                .max(recent),
             unlisted: true,
         });
         if !outcome.entries.is_empty() {
