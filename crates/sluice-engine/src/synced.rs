@@ -866,15 +866,15 @@ impl SyncedRule {
             .map(|e| e.count)
             .sum();
         let unlisted = outcome.total.saturating_sub(own.saturating_add(listed));
-        // Their rate: the average over the window so far, or, when the last reply in this
-        // window also had them, the recent one if higher (a surge shows at once).
-        let recent = ext
-            .as_ref()
-            .and_then(|x| x.others.iter().find(|o| o.unlisted && o.at > window_start))
-            .filter(|o| now > o.at)
-            .map_or(0.0, |o| {
-                unlisted.saturating_sub(o.count) as f64 / now.saturating_sub(o.at) as f64
-            });
+        // Their rate: the average over the window so far, or, when this reply and the last one
+        // in the window both had every other instance in the group (flushes that only added
+        // their count), its growth since then if higher: a surge shows at once.
+        let recent = match ext.as_ref().map(|x| x.others.as_slice()) {
+            Some([o]) if outcome.entries.is_empty() && o.unlisted && o.at > window_start => {
+                unlisted.saturating_sub(o.count) as f64 / now.saturating_sub(o.at).max(1) as f64
+            }
+            _ => 0.0,
+        };
         let unlisted = (unlisted > 0 && p.policy != Policy::Reactive).then(|| Other {
             node: UNLISTED.clone(),
             count: unlisted,
@@ -927,8 +927,8 @@ impl SyncedRule {
             set_others(ext, others, now);
         } else if c.has(SEEN_ENTRIES) {
             // A flush that only added its count (the key was ours alone, or far below its
-            // limit): anything beyond our count is someone else's, one unlisted group. Entries
-            // known from before are in that total too (kept, they would count twice).
+            // limit): anything beyond our count is someone else's, one unlisted group. The
+            // entries known from before go: their counts are in that total too.
             let mut others = ext
                 .as_mut()
                 .map(|x| std::mem::take(&mut x.others))
