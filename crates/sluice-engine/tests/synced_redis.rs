@@ -177,3 +177,83 @@ async fn a_key_of_the_wrong_type_is_reported_and_kept_without_panic() {
     );
     assert!(value("sluice_tracked_keys", ("rule", "d/user")).is_some());
 }
+
+/// `HSET` calls the server has processed so far (`INFO commandstats`).
+fn hset_calls(server: &RedisServer) -> u64 {
+    let info = server.command("INFO commandstats");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_hset:calls="))
+        .and_then(|v| v.split(',').next()?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Three instances share a key. While it is far below its limit, only the window's first flush
+/// exchanges entries (`HSET` + `HGETALL`); the others send only their count. Once the key nears
+/// half its limit the entries come back, and the store's total is what was admitted throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_keys_far_below_their_limit_send_only_their_count() {
+    let server = RedisServer::start();
+    let rules = synced_rule(300, "60s", 6, "predictive", "fixed_window");
+    let fleet = Fleet::new(&rules, redis_store(&server), &[0, 0, 0], false);
+    let span = 10 * SECOND;
+    let start = T0 + 60 * SECOND;
+    let mut admitted = 0;
+    let mut span_of_traffic = |k: u64, per_instance: usize| {
+        fleet.set_time(start + k * span + SECOND);
+        for i in 0..3 {
+            for _ in 0..per_instance {
+                if fleet.check(i, "carol").allowed {
+                    admitted += 1;
+                }
+            }
+        }
+        fleet.set_time(start + (k + 1) * span);
+    };
+    let flush_all = async || {
+        for i in &fleet.instances {
+            let report = i.engine.flush().await;
+            assert_eq!(report.failed, 0, "{report:?}");
+        }
+    };
+    // A trickle: one request per instance and span.
+    let before = hset_calls(&server);
+    span_of_traffic(0, 1);
+    flush_all().await;
+    assert_eq!(
+        hset_calls(&server) - before,
+        3,
+        "the window's first flush exchanges entries"
+    );
+    // The first instance to flush saw only itself: its next flush exchanges entries again to
+    // settle whether the key is shared (docs/SYNCED.md); the other two already know.
+    span_of_traffic(1, 1);
+    flush_all().await;
+    let settled = hset_calls(&server);
+    assert_eq!(settled - before, 4);
+    for k in 2..4 {
+        span_of_traffic(k, 1);
+        flush_all().await;
+    }
+    assert_eq!(
+        hset_calls(&server),
+        settled,
+        "far below the limit (12 of 300), flushes send only the count"
+    );
+    // 80 per instance in a span: past half the limit, the entries come back.
+    span_of_traffic(4, 80);
+    flush_all().await;
+    span_of_traffic(5, 1);
+    flush_all().await;
+    assert!(
+        hset_calls(&server) > settled,
+        "near the limit the instances exchange entries again"
+    );
+    // Nothing was lost on the way: the store's window total is what was admitted.
+    let key = CounterKey::new("d/user", &["carol"]);
+    let window = start / (60 * SECOND);
+    let stored = server.command(&format!("GET {}:{window}", key.as_str()));
+    assert!(
+        stored.contains(&format!("\r\n{admitted}\r\n")),
+        "store has {stored:?}, admitted {admitted}"
+    );
+}
