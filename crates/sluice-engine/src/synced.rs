@@ -714,12 +714,14 @@ impl SyncedRule {
                 // just ended) unless it is far below its limit. Otherwise a flush only adds its
                 // count (one command instead of three) and the total tells when someone else
                 // starts.
-                let shared = ext.as_deref().is_some_and(|x| {
-                    (!x.others.is_empty() || now <= x.grace_until)
-                        && !c.far_below(p, x, window_start, now)
-                });
                 let exchange = p.policy != Policy::Reactive
-                    && (!c.has(PREV_KNOWN) || !c.has(SETTLED) || shared || c.has(CUT_OFF));
+                    && (!c.has(PREV_KNOWN)
+                        || !c.has(SETTLED)
+                        || c.has(CUT_OFF)
+                        || ext.as_deref().is_some_and(|x| {
+                            (!x.others.is_empty() || now <= x.grace_until)
+                                && !c.far_below(p, x, window_start, now)
+                        }));
                 let entry = exchange.then(|| NodeEntry {
                     node: node.clone(),
                     count: c.local.into(),

@@ -193,7 +193,7 @@ impl RedisServer {
     /// The certificate (PEM) of the CA that signed the TLS server's certificate, to trust as
     /// a root.
     pub fn tls_certificate(&self) -> Vec<u8> {
-        std::fs::read(self.dir.join("ca.pem")).expect("a TLS server has a CA certificate")
+        ca_certificate(&self.dir)
     }
 
     /// `redis://127.0.0.1:<port>/` (`rediss://` for a TLS server).
@@ -292,6 +292,11 @@ fn make_certificates(dir: &std::path::Path) {
         "-out",
         "cert.pem",
     ]);
+}
+
+/// The CA certificate (PEM) [`make_certificates`] wrote in `dir`.
+fn ca_certificate(dir: &std::path::Path) -> Vec<u8> {
+    std::fs::read(dir.join("ca.pem")).expect("a TLS fixture has a CA certificate")
 }
 
 /// `redis-server` arguments for a TLS port with the certificates of [`make_certificates`]
@@ -471,14 +476,11 @@ impl RedisSentinel {
                 m = Self::MASTER
             );
             if let Some((_, sentinels)) = tls_ports {
-                let file = |name: &str| dir.join(name).display().to_string();
-                text.push_str(&format!(
-                    "tls-port {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
-                    sentinels[i],
-                    file("cert.pem"),
-                    file("key.pem"),
-                    file("ca.pem")
-                ));
+                // The same settings as the data nodes' arguments, as configuration lines.
+                for pair in tls_args(&dir, sentinels[i]).chunks(2) {
+                    text.push_str(&format!("{} {}\n", &pair[0][2..], pair[1]));
+                }
+                text.push_str("tls-replication yes\n");
             }
             if let Some(p) = data {
                 text.push_str(&format!("sentinel auth-pass {} {p}\n", Self::MASTER));
@@ -554,7 +556,7 @@ impl RedisSentinel {
 
     /// The certificate (PEM) of the CA that signed every node's certificate (TLS setups).
     pub fn tls_certificate(&self) -> Vec<u8> {
-        std::fs::read(self.dir.join("ca.pem")).expect("a TLS setup has a CA certificate")
+        ca_certificate(&self.dir)
     }
 
     /// The store target for this setup (db 0; the fixture's passwords, no ACL users; TLS to the
@@ -570,38 +572,6 @@ impl RedisSentinel {
             sentinel_auth: self.sentinel_password.clone().map(|p| (None, p)),
             sentinel_tls: tls,
         }
-    }
-
-    /// `redis+sentinel://[:<data password>@]127.0.0.1:<s1>,..,127.0.0.1:<s3>/mymaster[?sentinel_password=..]`
-    /// (`rediss+sentinel://` to the TLS ports with `sentinel_tls=true` for a TLS setup).
-    pub fn url(&self) -> String {
-        let hosts = loopback(&self.store_sentinel_ports());
-        let login = self
-            .data_password
-            .as_ref()
-            .map_or_else(String::new, |p| format!(":{p}@"));
-        let mut query: Vec<String> = Vec::new();
-        if let Some(p) = &self.sentinel_password {
-            query.push(format!("sentinel_password={p}"));
-        }
-        if self.tls_ports.is_some() {
-            query.push("sentinel_tls=true".into());
-        }
-        let query = if query.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", query.join("&"))
-        };
-        let scheme = if self.tls_ports.is_some() {
-            "rediss+sentinel"
-        } else {
-            "redis+sentinel"
-        };
-        format!(
-            "{scheme}://{login}{}/{}{query}",
-            hosts.join(","),
-            Self::MASTER
-        )
     }
 
     /// The (plain) port of the server the Sentinels currently name as master.
@@ -783,20 +753,9 @@ impl RedisCluster {
         }
     }
 
-    /// `redis+cluster://127.0.0.1:<p1>,...` (`rediss+cluster://` and the TLS ports with TLS).
-    pub fn url(&self) -> String {
-        let scheme = if self.tls_ports.is_some() {
-            "rediss+cluster"
-        } else {
-            "redis+cluster"
-        };
-        let hosts = loopback(self.tls_ports.as_ref().unwrap_or(&self.ports));
-        format!("{scheme}://{}", hosts.join(","))
-    }
-
     /// The certificate (PEM) of the CA that signed the nodes' certificate (TLS clusters).
     pub fn tls_certificate(&self) -> Vec<u8> {
-        std::fs::read(self.dir.join("ca.pem")).expect("a TLS cluster has a CA certificate")
+        ca_certificate(&self.dir)
     }
 
     /// Ports of the current masters.
