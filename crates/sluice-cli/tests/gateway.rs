@@ -65,14 +65,10 @@ async fn three_gateways_one_redis_and_a_redis_outage() {
     assert!(wait_until(Duration::from_secs(10), || gateways.iter().all(
         |g| common::http_call(g.admin, "GET", "/readyz", "").0 == 200
     )));
-    // Align to a window start, then 3x the limit per window, spread over the gateways.
+    // Align to a window start, then 3x the limit per window, spread over the gateways;
+    // admissions are tallied in the gateways' windows.
     let window = Duration::from_secs(2);
-    let now =
-        std::time::Duration::from_nanos(sluice_core::Clock::now(&sluice_core::SystemClock::new()));
-    tokio::time::sleep(Duration::from_nanos(
-        (window.as_nanos() - now.as_nanos() % window.as_nanos()) as u64 + 20_000_000,
-    ))
-    .await;
+    let window_of = common::align_to_window(window).await;
     let start = tokio::time::Instant::now();
     let per_window = 90u32;
     let gap = window / per_window;
@@ -80,7 +76,7 @@ async fn three_gateways_one_redis_and_a_redis_outage() {
     let mut straddled = 0u32;
     let mut other = 0;
     for n in 0..per_window * 5 {
-        let w = (start.elapsed().as_nanos() / window.as_nanos()) as usize;
+        let w = window_of();
         if n == per_window * 3 + 10 {
             redis.kill(); // Redis dies early in the fourth window.
         }
@@ -90,7 +86,7 @@ async fn three_gateways_one_redis_and_a_redis_outage() {
             .unwrap();
         // A request whose answer came back in the next window (a busy machine) may have been
         // counted in either: it is left out of the tally rather than guessed.
-        let settled = (start.elapsed().as_nanos() / window.as_nanos()) as usize == w;
+        let settled = window_of() == w;
         match status(&response) {
             200 if w < 5 && settled => admitted[w] += 1,
             200 if w < 5 => straddled += 1,

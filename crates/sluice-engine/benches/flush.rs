@@ -5,13 +5,18 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::now_or_never;
+use sluice_core::Decision;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
-use sluice_store::{MemoryStore, RedisStore, RedisStoreOptions};
+use sluice_store::{
+    CounterStore, ExactRequest, FlushItem, FlushReply, MemoryStore, RedisStore, RedisStoreOptions,
+    StoreFuture,
+};
 
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
@@ -135,7 +140,11 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
         timeout: Duration::from_secs(10),
         ..RedisStoreOptions::default()
     };
-    let store = Arc::new(RedisStore::open(&redis.url(), options).unwrap());
+    let store = Arc::new(Recording {
+        inner: RedisStore::open(&redis.url(), options).unwrap(),
+        last: Mutex::new(Vec::new()),
+        copy_ns: AtomicU64::new(0),
+    });
     // `predictive` alone on its keys exchanges entries only on a key's first flush in a window;
     // `predictive-shared`: a second instance counts the same keys (flushed before each
     // measured flush), far below their limit, so entries go only with a key's first flush in
@@ -172,6 +181,8 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
         let other = (instances > 1).then(|| make("b"));
         let keys: Vec<String> = (0..100_000).map(|i| format!("{name}-{i}")).collect();
         let mut times = Vec::new();
+        let mut floors = Vec::new();
+        let mut cpu = Vec::new();
         for round in 0..5 {
             for k in &keys {
                 now_or_never(engine.check("d", &[[("user", k.as_str())]], 1)).unwrap();
@@ -183,24 +194,116 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
                 rt.block_on(other.flush());
             }
             let commands_before = commands_processed(&redis);
+            let cpu_before = cpu_ns();
             let start = quanta::Instant::now();
             let report = rt.block_on(engine.flush());
-            let took = start.elapsed();
+            // Less the copy the recording store made of the items (same thread: CPU and wall).
+            let copy = Duration::from_nanos(store.copy_ns.load(Ordering::Relaxed));
+            let took = start.elapsed().saturating_sub(copy);
+            cpu.push((cpu_ns() - cpu_before).saturating_sub(copy.as_nanos() as u64) as f64 / 1e6);
             let commands = commands_processed(&redis).saturating_sub(commands_before + 1);
             assert_eq!(report.failed, 0, "{report:?}");
             println!(
-                "flush/{name} round {round}: {} keys in {:.1} ms, {} round trip(s), {:.2} commands per key",
+                "flush/{name} round {round}: {} keys in {:.1} ms ({:.1} ms of this process's CPU), {} round trip(s), {:.2} commands per key",
                 report.items,
                 took.as_secs_f64() * 1e3,
+                cpu[round],
                 report.round_trips,
                 commands as f64 / report.items.max(1) as f64
             );
             times.push(took.as_secs_f64() * 1e3);
+            // The same commands again, as bytes over a plain socket, replies not parsed: what
+            // Redis alone takes for them (the keys exist now; counts are added twice, which no
+            // later round reads).
+            let sent = store.last.lock().unwrap().clone();
+            floors.push(redis_alone(
+                redis.port(),
+                &sluice_store::packed_flush(&sent),
+            ));
             clock.advance(Duration::from_secs(10));
         }
         times.sort_by(f64::total_cmp);
-        println!("flush/{name}: median {:.1} ms for 100k keys", times[2]);
+        floors.sort_by(f64::total_cmp);
+        cpu.sort_by(f64::total_cmp);
+        println!(
+            "flush/{name}: median {:.1} ms for 100k keys ({:.1} ms of this process's CPU); Redis alone (the same commands over a plain socket, replies unparsed): median {:.1} ms",
+            times[2], cpu[2], floors[2]
+        );
     }
+}
+
+/// Keeps the items of the last flush so the bench can replay them, and how long copying them
+/// took (the bench takes it off the flush's time).
+struct Recording {
+    inner: RedisStore,
+    last: Mutex<Vec<FlushItem>>,
+    copy_ns: AtomicU64,
+}
+
+impl CounterStore for Recording {
+    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
+        let start = quanta::Instant::now();
+        *self.last.lock().unwrap() = items.to_vec();
+        self.copy_ns
+            .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.inner.flush(items)
+    }
+
+    fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
+        self.inner.exact(request)
+    }
+
+    fn time(&self) -> StoreFuture<'_, u64> {
+        self.inner.time()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// Milliseconds from writing `commands` (one pipeline) to a new connection until the last
+/// reply arrives: a final `ECHO` marks the end, and nothing else is parsed.
+fn redis_alone(port: u16, commands: &[u8]) -> f64 {
+    use std::io::{Read, Write};
+    const MARK: &[u8] = b"$12\r\nsluice-floor\r\n";
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    socket.set_nodelay(true).unwrap();
+    let writer = socket.try_clone().unwrap();
+    let start = quanta::Instant::now();
+    // Written from a second thread: Redis answers while it reads, and a writer that does not
+    // read meanwhile would fill both socket buffers and stall.
+    let payload = [commands, b"*2\r\n$4\r\nECHO\r\n$12\r\nsluice-floor\r\n"].concat();
+    let sender = std::thread::spawn(move || (&writer).write_all(&payload).unwrap());
+    let mut buffer = vec![0; 1 << 20];
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let n = socket.read(&mut buffer).unwrap();
+        assert!(n > 0, "Redis closed the connection");
+        tail.extend_from_slice(&buffer[..n]);
+        if tail.ends_with(MARK) {
+            break;
+        }
+        let keep = tail.len().saturating_sub(MARK.len());
+        tail.drain(..keep);
+    }
+    let took = start.elapsed();
+    sender.join().unwrap();
+    took.as_secs_f64() * 1e3
+}
+
+/// CPU time of all this process's threads so far, in nanoseconds (`/proc/self/task/*/schedstat`):
+/// what the engine and redis-rs spend on a flush, whatever Redis and the VM's neighbours do.
+fn cpu_ns() -> u64 {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+                .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// The server's count of commands processed so far (`INFO stats`).

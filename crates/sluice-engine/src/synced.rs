@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use sluice_config::Policy;
 use sluice_core::{Decision, Nanos};
 use sluice_store::{FlushItem, FlushOutcome, NodeEntry};
+use smallvec::SmallVec;
 
 use crate::verdict::Reason;
 
@@ -61,20 +62,34 @@ impl SyncedParams {
 static UNLISTED: std::sync::LazyLock<Arc<str>> =
     std::sync::LazyLock::new(|| Arc::from("(unlisted)"));
 
-/// Another instance's entry for a key.
+/// Another instance's entry for a key. 32 bytes (asserted below): a shared key keeps one per
+/// other instance, and one of them inline in its [`Ext`].
 #[derive(Clone, Debug)]
 struct Other {
+    /// The instance's id, or [`UNLISTED`] itself (that allocation, see [`Other::unlisted`]).
     node: Arc<str>,
-    count: u64,
     /// When it flushed (store-corrected).
     at: Nanos,
+    /// Its count in the window (saturating, like the totals).
+    count: u32,
     /// Demand, hits per nanosecond.
-    rate: f64,
+    rate: f32,
+}
+
+const _: () = assert!(std::mem::size_of::<Other>() == 32);
+
+impl Other {
     /// Counts in the window total that no entry accounts for: instances that do not publish
     /// entries (one alone on the key since the window began, a `reactive` one). Their rate is
-    /// the count's average over the window so far.
-    unlisted: bool,
+    /// the count's average over the window so far. Told by the name's allocation, so no entry
+    /// from the store can pass for it.
+    fn unlisted(&self) -> bool {
+        Arc::ptr_eq(&self.node, &UNLISTED)
+    }
 }
+
+/// The others of a key: the usual shared key has one (two instances), kept inline.
+type Others = SmallVec<[Other; 1]>;
 
 fn sat32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -159,10 +174,11 @@ pub(crate) struct Sweep {
 /// the grace after an outage. Lives in [`SyncedRule::ext`] while the key has others or a grace.
 #[derive(Debug, Default)]
 struct Ext {
-    others: Vec<Other>,
+    others: Others,
     /// Predictive: what this instance may admit until its next flush reply (its demand share
-    /// of the room left in the window), and `local` when that share was set.
-    budget: u64,
+    /// of the room left in the window, at most the limit: a 32-bit count), and `local` when
+    /// that share was set.
+    budget: u32,
     local_at_budget: u32,
     /// Whether the budget was set in the current window.
     budget_set: bool,
@@ -176,6 +192,10 @@ struct Ext {
     /// When the store last answered a flush of this key.
     heard_at: Nanos,
 }
+
+// With the lock and the inline name, an extension map entry is 104 bytes: one 112-byte
+// allocation, and none more for a key shared by two instances.
+const _: () = assert!(std::mem::size_of::<(EcoString, Mutex<Ext>)>() == 104);
 
 impl Ext {
     /// Whether another instance's entry is live: one that has not flushed for two spans has
@@ -203,9 +223,9 @@ impl Ext {
 }
 
 /// Sets a key's others, creating its extension if it has none and there are any.
-fn set_others(ext: &mut Option<Ext>, mut others: Vec<Other>, now: Nanos) {
-    // Built by pushes, the list would keep room for 4 or 8 (48 bytes each) for one or two
-    // others, for as long as the key is shared.
+fn set_others(ext: &mut Option<Ext>, mut others: Others, now: Nanos) {
+    // Built by pushes, a list of two or more others would keep room for 4 or 8 for as long as
+    // the key is shared (one other stays inline either way).
     others.shrink_to_fit();
     match ext {
         Some(x) => x.others = others,
@@ -333,11 +353,11 @@ impl Core {
         let mut others = 0.0;
         if let Some(ext) = ext {
             for o in &ext.others {
-                others += o.count as f64;
+                others += f64::from(o.count);
                 // An entry not refreshed for two spans belongs to an instance that left; while
                 // the store is silent nobody refreshes, so entries do not go stale then.
                 if !store_ok || ext.live(p, o, now) {
-                    others += o.rate * now.saturating_sub(o.at.max(window_start)) as f64;
+                    others += f64::from(o.rate) * now.saturating_sub(o.at.max(window_start)) as f64;
                 }
             }
         }
@@ -367,7 +387,7 @@ impl Core {
                 .others
                 .iter()
                 .filter(|o| ext.live(p, o, now))
-                .map(|o| o.rate)
+                .map(|o| f64::from(o.rate))
                 .sum::<f64>();
         let grown =
             self.estimate(p, Some(ext), window_start, now, true) + rate * (2 * p.span_ns) as f64;
@@ -380,7 +400,7 @@ impl Core {
         let (mut total, mut live) = (rate, 1.0);
         for o in &ext.others {
             if ext.live(p, o, now) {
-                total += o.rate;
+                total += f64::from(o.rate);
                 live += 1.0;
             }
         }
@@ -397,7 +417,8 @@ impl Core {
     fn set_budget(&self, p: &SyncedParams, ext: &mut Ext, window_start: Nanos, now: Nanos) {
         let room = (p.limit as f64 - self.estimate(p, Some(ext), window_start, now, true)).max(0.0);
         let share = self.share(p, ext, now);
-        ext.budget = (room * share).floor() as u64;
+        // `room` is at most the limit, a 32-bit count (the cast saturates anyway).
+        ext.budget = (room * share).floor() as u32;
         ext.local_at_budget = self.local;
         ext.budget_set = true;
         ext.budget_at = now;
@@ -407,13 +428,13 @@ impl Core {
     /// The budget now: with a sliding window it grows as the previous window's weight decays.
     fn budget_now(&self, p: &SyncedParams, ext: &Ext, window_start: Nanos, now: Nanos) -> u64 {
         if !p.sliding {
-            return ext.budget;
+            return ext.budget.into();
         }
         // The decay since the budget was set, within this window.
         let from = ext.budget_at.max(window_start);
         let freed =
             f64::from(self.prev_global) * now.saturating_sub(from) as f64 / p.window_ns as f64;
-        ext.budget + (freed * f64::from(ext.budget_share)).floor() as u64
+        u64::from(ext.budget) + (freed * f64::from(ext.budget_share)).floor() as u64
     }
 
     fn block(&mut self, p: &SyncedParams, window_start: Nanos, now: Nanos) {
@@ -872,18 +893,18 @@ impl SyncedRule {
         // in the window both had every other instance in the group (flushes that only added
         // their count), its growth since then if higher: a surge shows at once.
         let recent = match ext.as_ref().map(|x| x.others.as_slice()) {
-            Some([o]) if outcome.entries.is_empty() && o.unlisted && o.at > window_start => {
-                unlisted.saturating_sub(o.count) as f64 / now.saturating_sub(o.at).max(1) as f64
+            Some([o]) if outcome.entries.is_empty() && o.unlisted() && o.at > window_start => {
+                unlisted.saturating_sub(o.count.into()) as f64
+                    / now.saturating_sub(o.at).max(1) as f64
             }
             _ => 0.0,
         };
         let unlisted = (unlisted > 0 && p.policy != Policy::Reactive).then(|| Other {
             node: UNLISTED.clone(),
-            count: unlisted,
+            count: sat32(unlisted),
             at: now,
             rate: (unlisted as f64 / now.saturating_sub(window_start).max(p.span_ns) as f64)
-                .max(recent),
-            unlisted: true,
+                .max(recent) as f32,
         });
         if !outcome.entries.is_empty() {
             let others_seen = listed > 0
@@ -900,16 +921,15 @@ impl SyncedRule {
             let fresh = |at_ms: u64| {
                 grace || now.saturating_sub(at_ms.saturating_mul(1_000_000)) <= 2 * p.span_ns
             };
-            let mut others: Vec<Other> = outcome
+            let mut others: Others = outcome
                 .entries
                 .iter()
                 .filter(|e| &*e.node != node && fresh(e.at_ms))
                 .map(|e| Other {
                     node: e.node.clone(),
-                    count: e.count,
+                    count: sat32(e.count),
                     at: e.at_ms.saturating_mul(1_000_000),
-                    rate: e.rate_milli as f64 / 1e12,
-                    unlisted: false,
+                    rate: (e.rate_milli as f64 / 1e12) as f32,
                 })
                 .collect();
             // Instances known from the previous window that have not flushed in this one yet
@@ -918,7 +938,7 @@ impl SyncedRule {
             // total.
             let known = ext.as_mut().map(|x| std::mem::take(&mut x.others));
             for o in known.into_iter().flatten() {
-                if !o.unlisted
+                if !o.unlisted()
                     && o.at <= window_start
                     && !outcome.entries.iter().any(|n| n.node == o.node)
                 {
@@ -1092,17 +1112,21 @@ mod tests {
         assert_eq!(info.others_read, u64::from(u32::MAX));
     }
 
+    /// Another instance's entry as the store returns it: flushed at `at`, 1 hit a second.
+    fn node_entry(node: &str, count: u64, at: Nanos) -> NodeEntry {
+        NodeEntry {
+            node: Arc::from(node),
+            count,
+            at_ms: at / 1_000_000,
+            rate_milli: 1_000,
+        }
+    }
+
     #[test]
     fn only_shared_keys_have_an_extension_and_only_while_shared() {
         let window = 60 * SECOND;
         let r = rule(100, window, 0);
         let me: Arc<str> = Arc::from("me");
-        let entry = |node: &str, count: u64, at: Nanos| NodeEntry {
-            node: Arc::from(node),
-            count,
-            at_ms: at / 1_000_000,
-            rate_milli: 1_000,
-        };
         let t0 = 100 * window;
         let flush = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
             let (mut items, mut pending) = (Vec::new(), Vec::new());
@@ -1126,9 +1150,9 @@ mod tests {
                     total: if shared { 11 } else { 1 },
                     previous_total: Some(0),
                     entries: if shared {
-                        vec![entry("me", 1, t0), entry("other", 10, t0)]
+                        vec![node_entry("me", 1, t0), node_entry("other", 10, t0)]
                     } else {
-                        vec![entry("me", 1, t0)]
+                        vec![node_entry("me", 1, t0)]
                     },
                 })
             })
@@ -1144,7 +1168,11 @@ mod tests {
         // (Denied: this instance's demand share was 0 at the last reply, but the hit is
         // offered, so the key flushes.)
         assert!(!r.check("shared", t1, 1, true).0.is_allowed());
-        flush(t1, 11, vec![entry("me", 1, t1), entry("other", 10, t0)]);
+        flush(
+            t1,
+            11,
+            vec![node_entry("me", 1, t1), node_entry("other", 10, t0)],
+        );
         assert_eq!(r.ext.len(), 0);
         assert_eq!(r.key_info("shared", t1).unwrap().live_instances, 1);
     }
@@ -1156,12 +1184,7 @@ mod tests {
         let r = rule(1000, window, 0);
         let me: Arc<str> = Arc::from("me");
         // The other instance: 1 hit a second.
-        let other = |count: u64, at: Nanos| NodeEntry {
-            node: Arc::from("other"),
-            count,
-            at_ms: at / 1_000_000,
-            rate_milli: 1_000,
-        };
+        let other = |count: u64, at: Nanos| node_entry("other", count, at);
         // One hit, a second later a flush; returns whether it carried this instance's entry.
         let round = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
             assert!(r.check("k", t - SECOND, 1, true).0.is_allowed());
@@ -1177,12 +1200,7 @@ mod tests {
             sent_entry
         };
         let t0 = 100 * window + SECOND;
-        let mine = |count: u64, at: Nanos| NodeEntry {
-            node: me.clone(),
-            count,
-            at_ms: at / 1_000_000,
-            rate_milli: 1_000,
-        };
+        let mine = |count: u64, at: Nanos| node_entry("me", count, at);
         // The key's first flush in the window exchanges entries and finds the other.
         assert!(round(t0, 2, vec![mine(1, t0), other(1, t0)]));
         assert_eq!(r.key_info("k", t0).unwrap().live_instances, 2);
@@ -1205,6 +1223,45 @@ mod tests {
         // A new window: the first flush exchanges entries whatever the count.
         let t4 = t0 + window;
         assert!(round(t4, 2, vec![mine(1, t4), other(1, t4)]));
+    }
+
+    #[test]
+    fn an_instance_named_like_the_unlisted_group_is_still_an_instance() {
+        // The unlisted group is told by its name's allocation, not its text: another instance
+        // that happens to be called "(unlisted)" is carried into the next window like any other
+        // (the group is worked out afresh from each total and would be dropped).
+        let window = 60 * SECOND;
+        let r = rule(1000, window, 0);
+        let me: Arc<str> = Arc::from("me");
+        let round = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
+            assert!(r.check("k", t, 1, true).0.is_allowed());
+            let (mut items, mut pending) = (Vec::new(), Vec::new());
+            r.prepare_flush(t, &me, &mut items, &mut pending);
+            assert!(
+                items[0].entry.is_some(),
+                "a window's first flush exchanges entries"
+            );
+            let outcome = FlushOutcome {
+                total,
+                previous_total: Some(0),
+                entries,
+            };
+            assert!(r.apply(&pending[0], Some(&[Ok(outcome)]), "me", t));
+        };
+        let t0 = 100 * window + 50 * SECOND;
+        round(
+            t0,
+            2,
+            vec![
+                node_entry("me", 1, t0),
+                node_entry(&UNLISTED, 1, t0 - SECOND),
+            ],
+        );
+        assert_eq!(r.key_info("k", t0).unwrap().live_instances, 2);
+        // The next window's first flush, before the other flushed in it: still two.
+        let t1 = 101 * window + SECOND;
+        round(t1, 1, vec![node_entry("me", 1, t1)]);
+        assert_eq!(r.key_info("k", t1).unwrap().live_instances, 2);
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub use error::StoreError;
 pub use exact::{ExactAlgorithm, ExactRequest, decide_in_memory};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
-pub use redis::{RedisStore, RedisStoreOptions, RedisTarget};
+pub use redis::{RedisStore, RedisStoreOptions, RedisTarget, packed_flush};
 use sluice_core::{Decision, Nanos};
 
 /// A boxed future, so that stores can be chosen at run time (`Arc<dyn CounterStore>`).

@@ -203,3 +203,20 @@ pub fn upstream() -> (u16, Arc<AtomicU64>) {
     });
     (port, hits)
 }
+
+/// Sleeps until 20 ms past the next boundary of `window` on the system clock (the servers'
+/// clock; this machine's Redis has the same time), and returns a counter of the servers'
+/// windows since then (0 for the one that just began). Tests tally admissions by it, not by
+/// time from their own start: a loaded machine that wakes a test late would otherwise count the
+/// next window's first admissions in the current one.
+pub async fn align_to_window(window: Duration) -> impl Fn() -> usize {
+    let clock = sluice_core::SystemClock::new();
+    let window_ns = window.as_nanos() as u64;
+    let now = sluice_core::Clock::now(&clock);
+    tokio::time::sleep(Duration::from_nanos(
+        window_ns - now % window_ns + 20_000_000,
+    ))
+    .await;
+    let first = sluice_core::Clock::now(&clock) / window_ns;
+    move || (sluice_core::Clock::now(&clock) / window_ns - first) as usize
+}

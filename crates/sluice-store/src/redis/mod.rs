@@ -251,6 +251,15 @@ pub(crate) fn flush_pipeline(
     (pipe, plans, n)
 }
 
+/// The bytes a flush of `items` sends to a standalone server (`TIME` included), for benches:
+/// written to a plain socket with the replies left unparsed, they give the floor no client can
+/// flush under (the server's own time for the same commands).
+#[doc(hidden)]
+pub fn packed_flush(items: &[FlushItem]) -> Vec<u8> {
+    let refs: Vec<&FlushItem> = items.iter().collect();
+    flush_pipeline(&refs, true).0.get_packed_pipeline()
+}
+
 /// One item's outcome from the pipeline's replies. Only a failed `INCRBY` fails the item
 /// (nothing was added); a bad previous total or bad entries make the answer poorer, never
 /// the item failed, so no count is ever sent twice.
