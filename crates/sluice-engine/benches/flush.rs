@@ -14,8 +14,8 @@ use sluice_core::Decision;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_store::{
-    CounterStore, ExactRequest, FlushItem, FlushReply, MemoryStore, RedisStore, RedisStoreOptions,
-    StoreFuture,
+    CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, MemoryStore, RedisStore,
+    RedisStoreOptions, StoreFuture,
 };
 
 fn rss_bytes() -> u64 {
@@ -142,7 +142,7 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
     };
     let store = Arc::new(Recording {
         inner: RedisStore::open(&redis.url(), options).unwrap(),
-        last: Mutex::new(Vec::new()),
+        last: Mutex::new((Vec::new(), None)),
         copy_ns: AtomicU64::new(0),
     });
     // `predictive` alone on its keys exchanges entries only on a key's first flush in a window;
@@ -215,10 +215,10 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
             // The same commands again, as bytes over a plain socket, replies not parsed: what
             // Redis alone takes for them (the keys exist now; counts are added twice, which no
             // later round reads).
-            let sent = store.last.lock().unwrap().clone();
+            let (sent, receipt) = store.last.lock().unwrap().clone();
             floors.push(redis_alone(
                 redis.port(),
-                &sluice_store::packed_flush(&sent),
+                &sluice_store::packed_flush(&sent, receipt.as_ref()),
             ));
             clock.advance(Duration::from_secs(10));
         }
@@ -236,17 +236,29 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
 /// took (the bench takes it off the flush's time).
 struct Recording {
     inner: RedisStore,
-    last: Mutex<Vec<FlushItem>>,
+    last: Mutex<(Vec<FlushItem>, Option<FlushReceipt>)>,
     copy_ns: AtomicU64,
 }
 
 impl CounterStore for Recording {
-    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
+    fn flush<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: Option<&'a FlushReceipt>,
+    ) -> StoreFuture<'a, FlushReply> {
         let start = quanta::Instant::now();
-        *self.last.lock().unwrap() = items.to_vec();
+        *self.last.lock().unwrap() = (items.to_vec(), receipt.cloned());
         self.copy_ns
             .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.inner.flush(items)
+        self.inner.flush(items, receipt)
+    }
+
+    fn landed<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: &'a FlushReceipt,
+    ) -> StoreFuture<'a, Vec<bool>> {
+        self.inner.landed(items, receipt)
     }
 
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {

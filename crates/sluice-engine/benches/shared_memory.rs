@@ -16,7 +16,8 @@ use common::now_or_never;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_store::{
-    CounterStore, ExactRequest, FlushItem, FlushOutcome, FlushReply, MemoryStore, StoreFuture,
+    CounterStore, ExactRequest, FlushItem, FlushOutcome, FlushReceipt, FlushReply, MemoryStore,
+    StoreFuture,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -28,7 +29,11 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 struct Mirror(MemoryStore);
 
 impl CounterStore for Mirror {
-    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
+    fn flush<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        _receipt: Option<&'a FlushReceipt>,
+    ) -> StoreFuture<'a, FlushReply> {
         Box::pin(async move {
             let other: Arc<str> = Arc::from("other");
             let results = items
@@ -56,6 +61,14 @@ impl CounterStore for Mirror {
                 round_trips: 1,
             })
         })
+    }
+
+    fn landed<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: &'a FlushReceipt,
+    ) -> StoreFuture<'a, Vec<bool>> {
+        self.0.landed(items, receipt)
     }
 
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, sluice_core::Decision> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram};
 use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, RuleSet, RuleSettings};
 use sluice_core::{Clock, Decision, Nanos};
-use sluice_store::{CounterKey, CounterStore, FlushItem, StoreError};
+use sluice_store::{CounterKey, CounterStore, FlushItem, FlushReceipt, StoreError};
 use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
@@ -114,7 +114,8 @@ pub struct Engine {
     offset_ns: AtomicI64,
     store_ok: AtomicBool,
     store_reached: AtomicBool,
-    flushing: tokio::sync::Mutex<()>,
+    /// Held for a whole flush (one at a time, shared with the engines that reloads make).
+    flushing: Arc<tokio::sync::Mutex<Delivery>>,
     max_keys: usize,
     min_span_ns: u64,
     follow_store_clock: bool,
@@ -123,6 +124,80 @@ pub struct Engine {
     has_exact: bool,
     /// When the store's clock was last probed (raw local time).
     last_probe: AtomicU64,
+}
+
+/// What the engine knows about counts whose arrival in the store is uncertain. A flush that
+/// times out, or whose connection breaks after sending, may have been applied: its counts go
+/// back to their keys (nothing is lost), and before they are sent again the flush's receipt
+/// tells whether they arrived (nothing is counted twice).
+#[derive(Default)]
+struct Delivery {
+    /// The last flush whose outcome is unknown: its receipt and the items whose outcome is
+    /// unknown, with the counts they carried.
+    doubt: Option<(FlushReceipt, Vec<FlushItem>)>,
+    /// Counts the store is known to hold while their keys still have them as unsent (a flush in
+    /// doubt that did arrive), per store key and window: taken off the next flush's deltas.
+    landed: HashMap<(Arc<str>, u64), u64>,
+    /// The next flush's receipt token.
+    next_token: u64,
+}
+
+impl Delivery {
+    fn new() -> Self {
+        // Tokens stay unique across restarts of an instance with the same id: they start at a
+        // random number (std's hasher keys come from the OS).
+        use std::hash::BuildHasher as _;
+        Self {
+            next_token: std::collections::hash_map::RandomState::new().hash_one(0u8),
+            ..Self::default()
+        }
+    }
+
+    /// Takes the counts known to have arrived off `items`; returns what each item lost.
+    fn take_landed(&self, items: &mut [FlushItem]) -> Vec<u64> {
+        if self.landed.is_empty() {
+            return Vec::new();
+        }
+        items
+            .iter_mut()
+            .map(|item| {
+                let known = self
+                    .landed
+                    .get(&(item.key.clone(), item.window))
+                    .map_or(0, |&n| n.min(item.delta));
+                item.delta -= known;
+                known
+            })
+            .collect()
+    }
+
+    /// After a flush: the counts taken off items that failed are still known to have arrived
+    /// (their keys have them back as unsent); the rest is forgotten (sent, or dropped by their
+    /// keys). Items that failed in a way that may have been applied become the new doubt.
+    fn settle(
+        &mut self,
+        receipt: FlushReceipt,
+        items: &[FlushItem],
+        taken: &[u64],
+        failed: impl Fn(usize) -> Option<bool>,
+    ) {
+        let mut landed = HashMap::new();
+        let mut doubt = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let Some(unknown) = failed(i) else { continue };
+            if let Some(&known) = taken.get(i).filter(|&&n| n > 0) {
+                landed.insert((item.key.clone(), item.window), known);
+            }
+            if unknown && item.delta > 0 {
+                doubt.push(FlushItem {
+                    entry: None,
+                    ..item.clone()
+                });
+            }
+        }
+        self.landed = landed;
+        self.doubt = (!doubt.is_empty()).then_some((receipt, doubt));
+    }
 }
 
 fn default_node_id(clock: &dyn Clock) -> String {
@@ -312,7 +387,10 @@ impl Engine {
             offset_ns: AtomicI64::new(0),
             store_ok: AtomicBool::new(true),
             store_reached: AtomicBool::new(false),
-            flushing: tokio::sync::Mutex::new(()),
+            flushing: previous.map_or_else(
+                || Arc::new(tokio::sync::Mutex::new(Delivery::new())),
+                |p| p.flushing.clone(),
+            ),
             max_keys: options.max_keys_per_rule.max(1),
             min_span_ns: if min_span_ns == u64::MAX {
                 0
@@ -633,7 +711,7 @@ impl Engine {
     }
 
     async fn flush_rules(&self, all: bool) -> FlushReport {
-        let _one_at_a_time = self.flushing.lock().await;
+        let mut delivery = self.flushing.lock().await;
         let now = self.now();
         let mut items: Vec<FlushItem> = Vec::new();
         let mut pending: Vec<(&RuleEngine, PendingFlush)> = Vec::new();
@@ -715,9 +793,56 @@ impl Engine {
             return report;
         }
         report.items = items.len();
+        // A flush whose outcome was unknown is settled first: what arrived is not sent again.
+        let settled = match delivery.doubt.take() {
+            None => Ok(()),
+            Some((receipt, doubtful)) => match self.store.landed(&doubtful, &receipt).await {
+                Ok(arrived) => {
+                    for (item, arrived) in doubtful.iter().zip(arrived) {
+                        let outcome = if arrived {
+                            *delivery
+                                .landed
+                                .entry((item.key.clone(), item.window))
+                                .or_default() += item.delta;
+                            "landed"
+                        } else {
+                            "lost"
+                        };
+                        counter!("sluice_flush_doubts_settled_total", "outcome" => outcome)
+                            .increment(1);
+                    }
+                    Ok(())
+                }
+                Err(e) => {
+                    delivery.doubt = Some((receipt, doubtful));
+                    Err(e)
+                }
+            },
+        };
+        let taken = delivery.take_landed(&mut items);
+        let receipt = FlushReceipt {
+            owner: self.node.clone(),
+            token: delivery.next_token,
+        };
+        delivery.next_token = delivery.next_token.wrapping_add(1);
         let sent = self.clock.now();
-        let result = self.store.flush(&items).await;
+        let result = match settled {
+            Ok(()) => self.store.flush(&items, Some(&receipt)).await,
+            Err(e) => Err(e),
+        };
         let received = self.clock.now();
+        match &result {
+            Ok(reply) => delivery.settle(receipt, &items, &taken, |i| match reply.results.get(i) {
+                Some(Ok(_)) => None,
+                Some(Err(e)) => Some(e.is_unavailable()),
+                None => Some(false),
+            }),
+            // Not sent at all when settling the doubt failed (the doubt stays).
+            Err(e) if delivery.doubt.is_none() => {
+                delivery.settle(receipt, &items, &taken, |_| Some(e.is_unavailable()))
+            }
+            Err(_) => {}
+        }
         histogram!("sluice_flush_duration_seconds")
             .record(received.saturating_sub(sent) as f64 / 1e9);
         counter!("sluice_flush_items_total").increment(items.len() as u64);

@@ -215,6 +215,44 @@ async fn store_outage_falls_back_and_loses_no_count() {
 }
 
 #[tokio::test]
+async fn flushes_whose_replies_are_lost_are_counted_once() {
+    // The store applies the flushes from 15 s to 35 s into the window but their replies are
+    // lost (two flushes in a row in doubt); from 35 s to 45 s it is down, so the first doubt
+    // cannot be settled; then it answers again. Every count must arrive exactly once.
+    let limit = 600;
+    let rules = synced_rule(limit, "60s", 6, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::new(&rules, store.clone(), &[0, 0, 0], true);
+    let window_ns = 60 * SECOND;
+    let step = SECOND / 10;
+    let mut admitted = 0;
+    let mut t = T0;
+    for n in 0..600u64 {
+        let offset = t - T0;
+        store.set_replies_lost((15 * SECOND..35 * SECOND).contains(&offset));
+        store.set_available(!(35 * SECOND..45 * SECOND).contains(&offset));
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        if fleet.check((n % 3) as usize, "alice").allowed {
+            admitted += 1;
+        }
+        t += step;
+    }
+    for i in &fleet.instances {
+        let report = i.engine.flush().await;
+        assert_eq!(report.failed, 0, "{report:?}");
+    }
+    let key = CounterKey::new("d/user", &["alice"]);
+    assert_eq!(
+        store.total(key.as_str(), T0 / window_ns),
+        admitted,
+        "the store's total must equal the true total admitted: counts in doubt arrive once"
+    );
+}
+
+#[tokio::test]
 async fn an_outage_across_window_boundaries_keeps_limiting() {
     // 2x the limit over 3 instances; the store goes down at the start of the third window and
     // stays down for two windows, then comes back.

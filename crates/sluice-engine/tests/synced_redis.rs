@@ -123,6 +123,54 @@ async fn killing_redis_mid_window_never_blocks_and_loses_no_count() {
     assert!(admitted <= limit + limit / 20, "admitted {admitted}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_that_times_out_and_still_arrives_is_counted_once() {
+    // At 20 s into the window Redis stops (SIGSTOP) during the span-end flushes: each
+    // instance's pipeline is sent, the call times out, and once Redis runs again it applies
+    // them. The counts went back to their keys; the next flush must find that they arrived.
+    let server = RedisServer::start();
+    let limit = 600;
+    let rules = synced_rule(limit, "60s", 6, "predictive", "fixed_window");
+    let fleet = Fleet::new(&rules, redis_store(&server), &[0, 0, 0], false);
+    let step = SECOND / 10;
+    let mut admitted = 0u64;
+    let mut t = T0;
+    for n in 0..600u64 {
+        fleet.set_time(t);
+        if t - T0 == 20 * SECOND {
+            server.pause();
+            for i in &fleet.instances {
+                let report = i.engine.flush_due().await;
+                // Timed out by redis-rs ("timed out") or by the store ("did not answer").
+                assert!(
+                    report.failed == 1
+                        && report
+                            .error
+                            .as_deref()
+                            .is_some_and(|e| e.contains("time") || e.contains("answer")),
+                    "a flush to a stopped server times out: {report:?}"
+                );
+            }
+            server.resume();
+        }
+        fleet.flush_due().await;
+        if fleet.check((n % 3) as usize, "alice").allowed {
+            admitted += 1;
+        }
+        t += step;
+    }
+    for i in &fleet.instances {
+        let report = i.engine.flush().await;
+        assert_eq!(report.failed, 0, "{report:?}");
+    }
+    let key = CounterKey::new("d/user", &["alice"]);
+    let stored = server.command(&format!("GET {}:{}", key.as_str(), T0 / (60 * SECOND)));
+    assert!(
+        stored.contains(&format!("\r\n{admitted}\r\n")),
+        "global counter {stored:?} != true total admitted {admitted}"
+    );
+}
+
 #[tokio::test]
 async fn a_key_of_the_wrong_type_is_reported_and_kept_without_panic() {
     // Metrics go to a recorder local to this (single) test thread.

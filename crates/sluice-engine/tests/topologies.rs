@@ -26,7 +26,7 @@ async fn totals(store: &dyn CounterStore, users: &[String], window: u64) -> u64 
         .iter()
         .map(|u| conformance::item(&CounterKey::new("d/user", &[u.as_str()]), window, 0, None))
         .collect();
-    let reply = store.flush(&items).await.expect("read totals");
+    let reply = store.flush(&items, None).await.expect("read totals");
     reply
         .results
         .iter()
@@ -64,7 +64,10 @@ async fn sentinel_failover_with_passwords() {
     }
     let refused = RedisStore::connect(no_login, options()).unwrap();
     let item = conformance::item(&CounterKey::new("d/user", &["u"]), 1, 1, None);
-    let error = refused.flush(&[item]).await.expect_err("no Sentinel login");
+    let error = refused
+        .flush(&[item], None)
+        .await
+        .expect_err("no Sentinel login");
     let text = error.to_string();
     eprintln!("without the Sentinels' password: {text}");
     assert!(

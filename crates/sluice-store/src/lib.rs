@@ -18,9 +18,9 @@
 //! let store = MemoryStore::new(Arc::new(ManualClock::new(1_000_000_000)));
 //! let key = CounterKey::new("edge/user", &["alice"]);
 //! let item = FlushItem { key: key.as_str().into(), window: 7, delta: 3, ttl: Duration::from_secs(120), entry: None, want_previous: false, first_write: true };
-//! let reply = store.flush(&[item.clone()]).await.unwrap();
+//! let reply = store.flush(&[item.clone()], None).await.unwrap();
 //! assert_eq!(reply.results[0].as_ref().unwrap().total, 3);
-//! let reply = store.flush(&[item]).await.unwrap();
+//! let reply = store.flush(&[item], None).await.unwrap();
 //! assert_eq!(reply.results[0].as_ref().unwrap().total, 6);
 //! # }) }
 //! ```
@@ -117,6 +117,30 @@ impl FlushItem {
     }
 }
 
+/// Names one flush, so that a flush whose outcome is unknown (it timed out, or the connection
+/// broke after it was sent) can be settled later with [`CounterStore::landed`] instead of being
+/// sent again blindly (which would count it twice if it did arrive).
+///
+/// Each pipeline of the flush ends with a marker: the token written at a key that shares the
+/// hash tag (the Cluster slot) of the pipeline's first item. A store runs a connection's
+/// commands in order, so a marker that is there means every count before it was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlushReceipt {
+    /// The flushing instance's id.
+    pub owner: Arc<str>,
+    /// Unique among this owner's flushes, across its restarts too.
+    pub token: u64,
+}
+
+impl FlushReceipt {
+    /// The marker's key for a pipeline whose first item is `first`: the item's key (so the
+    /// same hash tag), `:r:`, the owner. Stable while the same key leads the flush, so markers
+    /// do not pile up; it lives as long as the longest-lived counter of the pipeline.
+    pub fn marker_key(&self, first: &FlushItem) -> String {
+        format!("{}:r:{}", first.key, self.owner)
+    }
+}
+
 /// What the store holds for one flushed key after the flush.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FlushOutcome {
@@ -141,8 +165,23 @@ pub struct FlushReply {
 
 /// The shared store of counters.
 pub trait CounterStore: Send + Sync + 'static {
-    /// Applies a batch of counts: one pipeline per store node.
-    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply>;
+    /// Applies a batch of counts: one pipeline per store node. With a receipt, each pipeline
+    /// ends by writing its marker (see [`FlushReceipt`]).
+    fn flush<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: Option<&'a FlushReceipt>,
+    ) -> StoreFuture<'a, FlushReply>;
+
+    /// Settles a flush of `items` under `receipt` whose outcome was unknown: per item, whether
+    /// the pipeline that carried it was applied (its marker is there). `items` are the flush's
+    /// items, or those of them that failed, in the flush's order (the grouping into pipelines
+    /// is recomputed from them: after a Cluster failover the new master serves the same slots).
+    fn landed<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: &'a FlushReceipt,
+    ) -> StoreFuture<'a, Vec<bool>>;
 
     /// Decides one request of an `exact` mode rule atomically in the store.
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision>;

@@ -9,7 +9,8 @@ use sluice_core::{Clock, Decision, Nanos, duration_to_nanos};
 
 use crate::exact::{ExactRequest, ExactStateHandle, decide_in_memory};
 use crate::{
-    CounterStore, FlushItem, FlushOutcome, FlushReply, NodeEntry, StoreError, StoreFuture,
+    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, NodeEntry, StoreError,
+    StoreFuture,
 };
 
 #[derive(Default)]
@@ -17,6 +18,8 @@ struct State {
     counters: HashMap<String, (u64, Nanos)>,
     nodes: HashMap<String, (HashMap<Arc<str>, NodeEntry>, Nanos)>,
     exact: HashMap<Arc<str>, (ExactStateHandle, Nanos)>,
+    /// Flush markers (see `FlushReceipt`): token and expiry.
+    markers: HashMap<String, (u64, Nanos)>,
     flushes_since_sweep: u32,
 }
 
@@ -25,6 +28,7 @@ impl State {
         self.counters.retain(|_, (_, exp)| *exp > now);
         self.nodes.retain(|_, (_, exp)| *exp > now);
         self.exact.retain(|_, (_, exp)| *exp > now);
+        self.markers.retain(|_, (_, exp)| *exp > now);
     }
 }
 
@@ -36,6 +40,7 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     available: AtomicBool,
+    replies_lost: AtomicBool,
     latency_ns: AtomicU64,
     clock_latency_ns: AtomicU64,
     operations: AtomicU64,
@@ -49,6 +54,7 @@ impl MemoryStore {
             clock,
             state: Mutex::new(State::default()),
             available: AtomicBool::new(true),
+            replies_lost: AtomicBool::new(false),
             latency_ns: AtomicU64::new(0),
             clock_latency_ns: AtomicU64::new(0),
             operations: AtomicU64::new(0),
@@ -59,6 +65,12 @@ impl MemoryStore {
     /// Makes every call fail with [`StoreError::Unavailable`] (false) or succeed again (true).
     pub fn set_available(&self, available: bool) {
         self.available.store(available, Ordering::Relaxed);
+    }
+
+    /// Makes every flush apply its counts and then fail with [`StoreError::Timeout`] as if the
+    /// reply were lost (true), or answer again (false): a flush whose outcome is unknown.
+    pub fn set_replies_lost(&self, lost: bool) {
+        self.replies_lost.store(lost, Ordering::Relaxed);
     }
 
     /// Delays every call by `latency` (tokio time).
@@ -148,7 +160,7 @@ impl MemoryStore {
         Ok(())
     }
 
-    fn flush_now(&self, items: &[FlushItem]) -> FlushReply {
+    fn flush_now(&self, items: &[FlushItem], receipt: Option<&FlushReceipt>) -> FlushReply {
         let now = self.clock.now();
         let mut state = self.lock();
         state.flushes_since_sweep += 1;
@@ -198,6 +210,16 @@ impl MemoryStore {
                 })
             })
             .collect();
+        if let (Some(receipt), Some(first)) = (receipt, items.first()) {
+            let longest = items.iter().map(|i| i.ttl).max().unwrap_or_default();
+            state.markers.insert(
+                receipt.marker_key(first),
+                (
+                    receipt.token,
+                    now.saturating_add(duration_to_nanos(longest)),
+                ),
+            );
+        }
         FlushReply {
             results,
             store_time: Some(now),
@@ -228,11 +250,39 @@ impl MemoryStore {
 }
 
 impl CounterStore for MemoryStore {
-    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
+    fn flush<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: Option<&'a FlushReceipt>,
+    ) -> StoreFuture<'a, FlushReply> {
         Box::pin(self.round_trip(move || {
-            let commands = 1 + items.iter().map(FlushItem::redis_commands).sum::<u64>();
+            let commands = 1
+                + u64::from(receipt.is_some() && !items.is_empty())
+                + items.iter().map(FlushItem::redis_commands).sum::<u64>();
             self.commands.fetch_add(commands, Ordering::Relaxed);
-            Ok(self.flush_now(items))
+            let reply = self.flush_now(items, receipt);
+            if self.replies_lost.load(Ordering::Relaxed) {
+                return Err(StoreError::Timeout(Duration::ZERO));
+            }
+            Ok(reply)
+        }))
+    }
+
+    fn landed<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: &'a FlushReceipt,
+    ) -> StoreFuture<'a, Vec<bool>> {
+        Box::pin(self.round_trip(move || {
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            let now = self.clock.now();
+            let landed = items.first().is_some_and(|first| {
+                self.lock()
+                    .markers
+                    .get(&receipt.marker_key(first))
+                    .is_some_and(|&(token, exp)| token == receipt.token && exp > now)
+            });
+            Ok(vec![landed; items.len()])
         }))
     }
 

@@ -126,7 +126,7 @@ async fn redis_cluster_over_tls_conforms_and_flushes_to_every_master() {
             first_write: true,
         })
         .collect();
-    let reply = store.flush(&items).await.unwrap();
+    let reply = store.flush(&items, None).await.unwrap();
     assert_eq!(reply.round_trips, 3);
     for result in &reply.results {
         assert_eq!(result.as_ref().unwrap().total, 2);

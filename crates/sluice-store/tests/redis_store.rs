@@ -12,7 +12,7 @@ async fn window_keys_expire_after_two_windows() {
     let redis = RedisServer::start();
     let store = RedisStore::open(&redis.url(), RedisStoreOptions::default()).unwrap();
     let k = CounterKey::new("t/user", &["alice"]);
-    store.flush(&[item(&k, 10, 1, None)]).await.unwrap();
+    store.flush(&[item(&k, 10, 1, None)], None).await.unwrap();
     let ttl = redis.command(&format!("PTTL {}:10", k.as_str()));
     let ms: i64 = ttl.trim_start_matches(':').trim().parse().unwrap();
     assert!(ms > 100_000 && ms <= 120_000, "ttl {ms}");
@@ -28,7 +28,7 @@ async fn a_key_of_the_wrong_type_fails_alone_with_a_clear_error() {
     redis.command(&format!("HSET {}:3 x y", bad.as_str()));
     redis.command(&format!("SET {}:2 notanumber", good.as_str()));
     let reply = store
-        .flush(&[item(&bad, 3, 1, None), item(&good, 3, 1, None)])
+        .flush(&[item(&bad, 3, 1, None), item(&good, 3, 1, None)], None)
         .await
         .unwrap();
     match &reply.results[0] {
@@ -55,14 +55,17 @@ async fn a_dead_server_fails_fast_and_recovers() {
     };
     let store = RedisStore::open(&redis.url(), options).unwrap();
     let k = CounterKey::new("t/user", &["alice"]);
-    store.flush(&[item(&k, 1, 1, None)]).await.unwrap();
+    store.flush(&[item(&k, 1, 1, None)], None).await.unwrap();
     redis.kill();
-    let err = store.flush(&[item(&k, 1, 1, None)]).await.unwrap_err();
+    let err = store
+        .flush(&[item(&k, 1, 1, None)], None)
+        .await
+        .unwrap_err();
     assert!(err.is_unavailable(), "{err}");
     redis.restart();
     let mut recovered = false;
     for _ in 0..50 {
-        if let Ok(reply) = store.flush(&[item(&k, 1, 1, None)]).await {
+        if let Ok(reply) = store.flush(&[item(&k, 1, 1, None)], None).await {
             assert_eq!(
                 reply.results[0].as_ref().unwrap().total,
                 1,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use sluice_core::Decision;
 use sluice_store::{
-    CounterKey, CounterStore, ExactAlgorithm, ExactRequest, FlushItem, NodeEntry, StoreError,
-    decide_in_memory,
+    CounterKey, CounterStore, ExactAlgorithm, ExactRequest, FlushItem, FlushReceipt, NodeEntry,
+    StoreError, decide_in_memory,
 };
 
 /// A flush item for `key` in `window` (TTL 120 s, first write, previous total asked), with an
@@ -37,11 +37,14 @@ pub async fn flush_semantics(store: &dyn CounterStore, prefix: &str) {
     let k = CounterKey::new(&rule, &["alice"]);
     let other = CounterKey::new(&rule, &["bob"]);
     let reply = store
-        .flush(&[
-            item(&k, 10, 5, None),
-            item(&other, 10, 1, None),
-            item(&k, 9, 2, None),
-        ])
+        .flush(
+            &[
+                item(&k, 10, 5, None),
+                item(&other, 10, 1, None),
+                item(&k, 9, 2, None),
+            ],
+            None,
+        )
         .await
         .expect("flush");
     assert!(
@@ -56,10 +59,13 @@ pub async fn flush_semantics(store: &dyn CounterStore, prefix: &str) {
         .collect();
     assert_eq!(totals, [5, 1, 2], "{}", store.describe());
     let reply = store
-        .flush(&[
-            item(&k, 10, 3, Some(("node-a", 8))),
-            item(&k, 10, 0, Some(("node-b", 1))),
-        ])
+        .flush(
+            &[
+                item(&k, 10, 3, Some(("node-a", 8))),
+                item(&k, 10, 0, Some(("node-b", 1))),
+            ],
+            None,
+        )
         .await
         .expect("flush");
     let a = reply.results[0].as_ref().expect("item");
@@ -94,7 +100,14 @@ pub async fn flush_semantics(store: &dyn CounterStore, prefix: &str) {
             )
         })
         .collect();
-    let reply = store.flush(&many).await.expect("flush of many keys");
+    let receipt = FlushReceipt {
+        owner: format!("{prefix}-node").into(),
+        token: 41,
+    };
+    let reply = store
+        .flush(&many, Some(&receipt))
+        .await
+        .expect("flush of many keys");
     for (i, r) in reply.results.iter().enumerate() {
         assert_eq!(
             r.as_ref().expect("item").total,
@@ -103,6 +116,62 @@ pub async fn flush_semantics(store: &dyn CounterStore, prefix: &str) {
             store.describe()
         );
     }
+    receipts(store, &many, &receipt).await;
+}
+
+/// A flush's receipt tells whether it arrived: its marker is there for the same items (grouped
+/// the same way), not for another token, another owner or items that were never flushed.
+async fn receipts(store: &dyn CounterStore, flushed: &[FlushItem], receipt: &FlushReceipt) {
+    let landed = |items: &'static str, r: &FlushReceipt, of: &[FlushItem]| {
+        let items = items.to_owned();
+        let of = of.to_vec();
+        let r = r.clone();
+        async move {
+            let landed = store.landed(&of, &r).await.expect("read the markers");
+            assert_eq!(landed.len(), of.len(), "{}: {items}", store.describe());
+            landed
+        }
+    };
+    let all = landed("flushed", receipt, flushed).await;
+    assert!(
+        all.iter().all(|&l| l),
+        "{}: a flush that arrived",
+        store.describe()
+    );
+    let later = FlushReceipt {
+        token: receipt.token + 1,
+        ..receipt.clone()
+    };
+    let none = landed("other token", &later, flushed).await;
+    assert!(
+        !none.iter().any(|&l| l),
+        "{}: another token",
+        store.describe()
+    );
+    let stranger = FlushReceipt {
+        owner: format!("{}-other", receipt.owner).into(),
+        ..receipt.clone()
+    };
+    let none = landed("other owner", &stranger, flushed).await;
+    assert!(
+        !none.iter().any(|&l| l),
+        "{}: another owner",
+        store.describe()
+    );
+    let unsent: Vec<FlushItem> = flushed
+        .iter()
+        .map(|i| FlushItem {
+            window: i.window + 1,
+            key: format!("{}-unsent", i.key).into(),
+            ..i.clone()
+        })
+        .collect();
+    let none = landed("never flushed", receipt, &unsent).await;
+    assert!(
+        !none.iter().any(|&l| l),
+        "{}: items never flushed",
+        store.describe()
+    );
 }
 
 /// Exact mode: the store decides exactly as `sluice-core` does, step for step, on a

@@ -213,6 +213,27 @@ impl RedisServer {
         }
     }
 
+    /// Stops the server's process (SIGSTOP): its connections stay open and take commands, but
+    /// nothing is run or answered until [`RedisServer::resume`]; a client's call times out
+    /// with its request sent.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server run again (SIGCONT): it runs what it was sent meanwhile.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server is not running");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {} failed", child.id());
+    }
+
     /// Starts the server again on the same port (with no data unless started persistent).
     pub fn restart(&mut self) {
         self.kill();

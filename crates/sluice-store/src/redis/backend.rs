@@ -15,7 +15,7 @@ use tokio::sync::OnceCell;
 use super::{
     NodeNames, RedisStoreOptions, RedisTarget, flush_pipeline, map_error, parse_time, read_item,
 };
-use crate::{FlushItem, FlushOutcome, FlushReply, StoreError};
+use crate::{FlushItem, FlushOutcome, FlushReceipt, FlushReply, StoreError};
 
 pub(super) enum Backend {
     Standalone {
@@ -481,34 +481,31 @@ impl ClusterBackend {
 
     /// Sends one pipeline per master, concurrently: every command names one key, and each
     /// goes to the master serving its slot (one rule+descriptor's keys share a hash tag).
-    pub(super) async fn flush(&self, items: &[FlushItem]) -> Result<FlushReply, StoreError> {
+    pub(super) async fn flush(
+        &self,
+        items: &[FlushItem],
+        receipt: Option<&FlushReceipt>,
+    ) -> Result<FlushReply, StoreError> {
         let mut results: Vec<Result<FlushOutcome, StoreError>> = items
             .iter()
             .map(|_| Err(StoreError::Refused("not sent".into())))
             .collect();
         let mut conn = self.connection().await?;
         let map = self.slot_map(&mut conn).await?;
-        let mut by_node: BTreeMap<(String, u16), Vec<usize>> = BTreeMap::new();
-        for (i, item) in items.iter().enumerate() {
-            let slot = slot_of(&item.key);
-            match map.iter().find(|(a, b, _, _)| (*a..=*b).contains(&slot)) {
-                Some((_, _, host, port)) => {
-                    by_node.entry((host.clone(), *port)).or_default().push(i)
-                }
-                None => {
-                    results[i] = Err(StoreError::Unavailable(format!(
-                        "no node serves slot {slot}"
-                    )))
-                }
-            }
+        let (by_node, unserved) = group_by_node(&map, items);
+        for (i, slot) in unserved {
+            results[i] = Err(StoreError::Unavailable(format!(
+                "no node serves slot {slot}"
+            )));
         }
         let mut tasks = tokio::task::JoinSet::new();
         for ((host, port), members) in by_node {
             let owned: Vec<FlushItem> = members.iter().map(|&i| items[i].clone()).collect();
             let mut conn = conn.clone();
+            let receipt = receipt.cloned();
             tasks.spawn(async move {
                 let refs: Vec<&FlushItem> = owned.iter().collect();
-                let (pipe, plans, count) = flush_pipeline(&refs, true);
+                let (pipe, plans, count) = flush_pipeline(&refs, receipt.as_ref(), true);
                 let route = SingleNodeRoutingInfo::ByAddress { host, port };
                 let raw = conn.route_pipeline(pipe, 0, count, route).await;
                 let outcome = raw.map(|values| {
@@ -572,6 +569,53 @@ impl ClusterBackend {
             round_trips,
         })
     }
+
+    /// Reads the marker of each master's share of `items` (grouped as [`Self::flush`] groups
+    /// them: a promoted replica serves the same slots, so the groups and their first items are
+    /// the same as when the flush was sent).
+    pub(super) async fn landed(
+        &self,
+        items: &[FlushItem],
+        receipt: &FlushReceipt,
+    ) -> Result<Vec<bool>, StoreError> {
+        let mut conn = self.connection().await?;
+        let map = self.slot_map(&mut conn).await?;
+        let (by_node, _unserved) = group_by_node(&map, items);
+        let mut landed = vec![false; items.len()];
+        for members in by_node.into_values() {
+            let marker: Option<u64> = redis::cmd("GET")
+                .arg(receipt.marker_key(&items[members[0]]))
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| {
+                    self.invalidate();
+                    map_error(&e)
+                })?;
+            if marker == Some(receipt.token) {
+                for i in members {
+                    landed[i] = true;
+                }
+            }
+        }
+        Ok(landed)
+    }
+}
+
+/// Item indexes per master (host, port), in the items' order.
+type NodeGroups = BTreeMap<(String, u16), Vec<usize>>;
+
+/// The items' indexes per master, and the items whose slot no master serves, with the slot.
+fn group_by_node(map: &SlotMap, items: &[FlushItem]) -> (NodeGroups, Vec<(usize, u16)>) {
+    let mut by_node = NodeGroups::new();
+    let mut unserved = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let slot = slot_of(&item.key);
+        match map.iter().find(|(a, b, _, _)| (*a..=*b).contains(&slot)) {
+            Some((_, _, host, port)) => by_node.entry((host.clone(), *port)).or_default().push(i),
+            None => unserved.push((i, slot)),
+        }
+    }
+    (by_node, unserved)
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use tokio::sync::OnceCell;
 
 use crate::exact::{ExactAlgorithm, ExactRequest};
 use crate::{
-    CounterStore, FlushItem, FlushOutcome, FlushReply, NodeEntry, StoreError, StoreFuture,
+    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, NodeEntry, StoreError,
+    StoreFuture,
 };
 
 /// Timeouts and reconnection settings.
@@ -186,10 +187,12 @@ pub(crate) struct ItemPlan {
 /// times more than the commands themselves). Per item: `INCRBY` the window counter; on this
 /// instance's first write of the key in the window, `PEXPIRE` it (two windows); `GET` the
 /// previous window's total when asked; for the predictive policy `HSET` this instance's entry
-/// (with its `PEXPIRE` on first write) and `HGETALL` the entries. `TIME` last, when asked.
-/// Every command names one key, so a Cluster node takes any mix of its own slots.
+/// (with its `PEXPIRE` on first write) and `HGETALL` the entries. Then the receipt's marker
+/// (`SET ... PX`, after every count), and `TIME` last, when asked. Every command names one key,
+/// so a Cluster node takes any mix of its own slots.
 pub(crate) fn flush_pipeline(
     items: &[&FlushItem],
+    receipt: Option<&FlushReceipt>,
     with_time: bool,
 ) -> (redis::Pipeline, Vec<ItemPlan>, usize) {
     use std::fmt::Write as _;
@@ -244,6 +247,18 @@ pub(crate) fn flush_pipeline(
             entries,
         });
     }
+    if let (Some(receipt), Some(first)) = (receipt, items.first()) {
+        let longest = items.iter().map(|i| i.ttl).max().unwrap_or_default();
+        let ttl_ms = u64::try_from(longest.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        pipe.cmd("SET")
+            .arg(receipt.marker_key(first))
+            .arg(receipt.token)
+            .arg("PX")
+            .arg(ttl_ms);
+        n += 1;
+    }
     if with_time {
         pipe.cmd("TIME");
         n += 1;
@@ -255,9 +270,9 @@ pub(crate) fn flush_pipeline(
 /// written to a plain socket with the replies left unparsed, they give the floor no client can
 /// flush under (the server's own time for the same commands).
 #[doc(hidden)]
-pub fn packed_flush(items: &[FlushItem]) -> Vec<u8> {
+pub fn packed_flush(items: &[FlushItem], receipt: Option<&FlushReceipt>) -> Vec<u8> {
     let refs: Vec<&FlushItem> = items.iter().collect();
-    flush_pipeline(&refs, true).0.get_packed_pipeline()
+    flush_pipeline(&refs, receipt, true).0.get_packed_pipeline()
 }
 
 /// One item's outcome from the pipeline's replies. Only a failed `INCRBY` fails the item
@@ -464,9 +479,13 @@ impl RedisStore {
             .unwrap_or(Err(StoreError::Timeout(self.options.timeout)))
     }
 
-    async fn flush_inner(&self, items: &[FlushItem]) -> Result<FlushReply, StoreError> {
+    async fn flush_inner(
+        &self,
+        items: &[FlushItem],
+        receipt: Option<&FlushReceipt>,
+    ) -> Result<FlushReply, StoreError> {
         if let Backend::Cluster(cluster) = &self.backend {
-            let reply = cluster.flush(items).await;
+            let reply = cluster.flush(items, receipt).await;
             if let Ok(r) = &reply
                 && let Some(Err(e)) = r.results.iter().find(|r| {
                     r.as_ref().is_err_and(|e| {
@@ -481,7 +500,7 @@ impl RedisStore {
         }
         let mut conn = self.connection().await?;
         let refs: Vec<&FlushItem> = items.iter().collect();
-        let (pipe, plans, _) = flush_pipeline(&refs, true);
+        let (pipe, plans, _) = flush_pipeline(&refs, receipt, true);
         let raw: Vec<redis::RedisResult<Value>> = pipe
             .query_async(&mut conn)
             .await
@@ -533,6 +552,26 @@ impl RedisStore {
             store_time,
             round_trips,
         })
+    }
+
+    async fn landed_inner(
+        &self,
+        items: &[FlushItem],
+        receipt: &FlushReceipt,
+    ) -> Result<Vec<bool>, StoreError> {
+        if let Backend::Cluster(cluster) = &self.backend {
+            return cluster.landed(items, receipt).await;
+        }
+        let Some(first) = items.first() else {
+            return Ok(Vec::new());
+        };
+        let mut conn = self.connection().await?;
+        let marker: Option<u64> = redis::cmd("GET")
+            .arg(receipt.marker_key(first))
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        Ok(vec![marker == Some(receipt.token); items.len()])
     }
 
     async fn exact_inner(&self, request: &ExactRequest) -> Result<Decision, StoreError> {
@@ -609,9 +648,27 @@ impl RedisStore {
 }
 
 impl CounterStore for RedisStore {
-    fn flush<'a>(&'a self, items: &'a [FlushItem]) -> StoreFuture<'a, FlushReply> {
+    fn flush<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: Option<&'a FlushReceipt>,
+    ) -> StoreFuture<'a, FlushReply> {
         Box::pin(async move {
-            let r = self.with_timeout(self.flush_inner(items)).await;
+            let r = self.with_timeout(self.flush_inner(items, receipt)).await;
+            if let Err(e) = &r {
+                self.on_error(e);
+            }
+            r
+        })
+    }
+
+    fn landed<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: &'a FlushReceipt,
+    ) -> StoreFuture<'a, Vec<bool>> {
+        Box::pin(async move {
+            let r = self.with_timeout(self.landed_inner(items, receipt)).await;
             if let Err(e) = &r {
                 self.on_error(e);
             }
@@ -709,7 +766,7 @@ mod tests {
                         want_previous,
                         first_write,
                     };
-                    let (_, _, n) = flush_pipeline(&[&item], false);
+                    let (_, _, n) = flush_pipeline(&[&item], None, false);
                     assert_eq!(n as u64, item.redis_commands(), "{item:?}");
                 }
             }
