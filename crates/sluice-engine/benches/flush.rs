@@ -257,7 +257,7 @@ impl CounterStore for Recording {
         &'a self,
         items: &'a [FlushItem],
         receipt: &'a FlushReceipt,
-    ) -> StoreFuture<'a, Vec<bool>> {
+    ) -> StoreFuture<'a, Vec<Option<bool>>> {
         self.inner.landed(items, receipt)
     }
 

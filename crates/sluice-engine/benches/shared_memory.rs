@@ -67,7 +67,7 @@ impl CounterStore for Mirror {
         &'a self,
         items: &'a [FlushItem],
         receipt: &'a FlushReceipt,
-    ) -> StoreFuture<'a, Vec<bool>> {
+    ) -> StoreFuture<'a, Vec<Option<bool>>> {
         self.0.landed(items, receipt)
     }
 

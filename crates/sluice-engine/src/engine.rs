@@ -8,7 +8,7 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram};
 use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, RuleSet, RuleSettings};
 use sluice_core::{Clock, Decision, Nanos};
-use sluice_store::{CounterKey, CounterStore, FlushItem, FlushReceipt, StoreError};
+use sluice_store::{CounterKey, CounterStore, FlushItem, FlushReceipt, FlushReply, StoreError};
 use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
@@ -132,9 +132,9 @@ pub struct Engine {
 /// tells whether they arrived (nothing is counted twice).
 #[derive(Default)]
 struct Delivery {
-    /// The last flush whose outcome is unknown: its receipt and the items whose outcome is
+    /// Flushes whose outcome is unknown: each one's receipt and the items whose outcome is
     /// unknown, with the counts they carried.
-    doubt: Option<(FlushReceipt, Vec<FlushItem>)>,
+    doubt: Vec<(FlushReceipt, Vec<FlushItem>)>,
     /// Counts the store is known to hold while their keys still have them as unsent (a flush in
     /// doubt that did arrive), per store key and window: taken off the next flush's deltas.
     landed: HashMap<(Arc<str>, u64), u64>,
@@ -173,8 +173,9 @@ impl Delivery {
 
     /// After a flush: the counts taken off items that failed are still known to have arrived
     /// (their keys have them back as unsent); the rest is forgotten (sent, or dropped by their
-    /// keys). Items that failed in a way that may have been applied become the new doubt.
-    fn settle(
+    /// keys). Items that failed in a way that may have been applied (`failed(i)` is
+    /// `Some(true)`) become a new doubt.
+    fn after_flush(
         &mut self,
         receipt: FlushReceipt,
         items: &[FlushItem],
@@ -196,7 +197,9 @@ impl Delivery {
             }
         }
         self.landed = landed;
-        self.doubt = (!doubt.is_empty()).then_some((receipt, doubt));
+        if !doubt.is_empty() {
+            self.doubt.push((receipt, doubt));
+        }
     }
 }
 
@@ -705,6 +708,121 @@ impl Engine {
         self.flush_rules(true).await
     }
 
+    /// Settles the flushes whose outcome was unknown: counts that arrived are remembered (and
+    /// taken off the next items of their key and window), lost ones are sent again by their
+    /// keys. Returns what could not be settled (the store did not answer), and why.
+    async fn settle_doubts(
+        &self,
+        delivery: &mut Delivery,
+    ) -> (Vec<(FlushReceipt, Vec<FlushItem>)>, Option<StoreError>) {
+        let mut unsettled = Vec::new();
+        let mut error: Option<StoreError> = None;
+        for (receipt, doubtful) in std::mem::take(&mut delivery.doubt) {
+            // After one failure the store is not asked again in this flush.
+            let arrived = match &error {
+                Some(_) => Vec::new(),
+                None => match self.store.landed(&doubtful, &receipt).await {
+                    Ok(arrived) => arrived,
+                    Err(e) => {
+                        error = Some(e);
+                        Vec::new()
+                    }
+                },
+            };
+            let mut unknown = Vec::new();
+            for (i, item) in doubtful.into_iter().enumerate() {
+                let outcome = match arrived.get(i).copied().flatten() {
+                    Some(true) => {
+                        *delivery
+                            .landed
+                            .entry((item.key.clone(), item.window))
+                            .or_default() += item.delta;
+                        "landed"
+                    }
+                    Some(false) => "lost",
+                    None => {
+                        unknown.push(item);
+                        continue;
+                    }
+                };
+                counter!("sluice_flush_doubts_settled_total", "outcome" => outcome).increment(1);
+            }
+            if !unknown.is_empty() {
+                unsettled.push((receipt, unknown));
+            }
+        }
+        (unsettled, error)
+    }
+
+    /// Sends `items` with a new receipt, after settling the flushes whose outcome was unknown.
+    /// The reply's results line up with `items`. An item whose key and window are still in
+    /// doubt is not sent: it fails, so its key keeps the count, until its doubt is settled.
+    async fn send_flush(
+        &self,
+        delivery: &mut Delivery,
+        items: &mut [FlushItem],
+    ) -> Result<FlushReply, StoreError> {
+        let (unsettled, settle_error) = self.settle_doubts(delivery).await;
+        let held: std::collections::HashSet<(Arc<str>, u64)> = unsettled
+            .iter()
+            .flat_map(|(_, doubtful)| doubtful.iter().map(|i| (i.key.clone(), i.window)))
+            .collect();
+        let taken = delivery.take_landed(items);
+        let receipt = FlushReceipt {
+            owner: self.node.clone(),
+            token: delivery.next_token,
+        };
+        delivery.next_token = delivery.next_token.wrapping_add(1);
+        let is_held =
+            |item: &FlushItem| !held.is_empty() && held.contains(&(item.key.clone(), item.window));
+        let not_settled = || {
+            settle_error.clone().unwrap_or_else(|| {
+                StoreError::Unavailable("an earlier flush of this key is not settled".into())
+            })
+        };
+        let result = if held.is_empty() {
+            self.store.flush(items, Some(&receipt)).await
+        } else {
+            let to_send: Vec<FlushItem> = items.iter().filter(|i| !is_held(i)).cloned().collect();
+            if to_send.is_empty() {
+                Err(not_settled())
+            } else {
+                self.store
+                    .flush(&to_send, Some(&receipt))
+                    .await
+                    .map(|mut reply| {
+                        let mut sent = std::mem::take(&mut reply.results).into_iter();
+                        reply.results = items
+                            .iter()
+                            .map(|item| {
+                                if is_held(item) {
+                                    Err(not_settled())
+                                } else {
+                                    sent.next().unwrap_or_else(|| Err(not_settled()))
+                                }
+                            })
+                            .collect();
+                        reply
+                    })
+            }
+        };
+        delivery.doubt = unsettled;
+        match &result {
+            Ok(reply) => {
+                delivery.after_flush(receipt, items, &taken, |i| match reply.results.get(i) {
+                    Some(Ok(_)) => None,
+                    Some(Err(_)) if is_held(&items[i]) => Some(false),
+                    Some(Err(e)) => Some(e.is_unavailable()),
+                    None => Some(false),
+                })
+            }
+            Err(e) => delivery.after_flush(receipt, items, &taken, |i| {
+                Some(!is_held(&items[i]) && e.is_unavailable())
+            }),
+        }
+        result
+    }
+
     /// Flushes the synced rules whose span ended since their last flush.
     pub async fn flush_due(&self) -> FlushReport {
         self.flush_rules(false).await
@@ -793,56 +911,9 @@ impl Engine {
             return report;
         }
         report.items = items.len();
-        // A flush whose outcome was unknown is settled first: what arrived is not sent again.
-        let settled = match delivery.doubt.take() {
-            None => Ok(()),
-            Some((receipt, doubtful)) => match self.store.landed(&doubtful, &receipt).await {
-                Ok(arrived) => {
-                    for (item, arrived) in doubtful.iter().zip(arrived) {
-                        let outcome = if arrived {
-                            *delivery
-                                .landed
-                                .entry((item.key.clone(), item.window))
-                                .or_default() += item.delta;
-                            "landed"
-                        } else {
-                            "lost"
-                        };
-                        counter!("sluice_flush_doubts_settled_total", "outcome" => outcome)
-                            .increment(1);
-                    }
-                    Ok(())
-                }
-                Err(e) => {
-                    delivery.doubt = Some((receipt, doubtful));
-                    Err(e)
-                }
-            },
-        };
-        let taken = delivery.take_landed(&mut items);
-        let receipt = FlushReceipt {
-            owner: self.node.clone(),
-            token: delivery.next_token,
-        };
-        delivery.next_token = delivery.next_token.wrapping_add(1);
         let sent = self.clock.now();
-        let result = match settled {
-            Ok(()) => self.store.flush(&items, Some(&receipt)).await,
-            Err(e) => Err(e),
-        };
+        let result = self.send_flush(&mut delivery, &mut items).await;
         let received = self.clock.now();
-        match &result {
-            Ok(reply) => delivery.settle(receipt, &items, &taken, |i| match reply.results.get(i) {
-                Some(Ok(_)) => None,
-                Some(Err(e)) => Some(e.is_unavailable()),
-                None => Some(false),
-            }),
-            // Not sent at all when settling the doubt failed (the doubt stays).
-            Err(e) if delivery.doubt.is_none() => {
-                delivery.settle(receipt, &items, &taken, |_| Some(e.is_unavailable()))
-            }
-            Err(_) => {}
-        }
         histogram!("sluice_flush_duration_seconds")
             .record(received.saturating_sub(sent) as f64 / 1e9);
         counter!("sluice_flush_items_total").increment(items.len() as u64);

@@ -174,14 +174,15 @@ pub trait CounterStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, FlushReply>;
 
     /// Settles a flush of `items` under `receipt` whose outcome was unknown: per item, whether
-    /// the pipeline that carried it was applied (its marker is there). `items` are the flush's
+    /// the pipeline that carried it was applied (its marker is there), or `None` when the node
+    /// that holds its marker did not answer (Cluster: the other nodes' items are settled). `items` are the flush's
     /// items, or those of them that failed, in the flush's order (the grouping into pipelines
     /// is recomputed from them: after a Cluster failover the new master serves the same slots).
     fn landed<'a>(
         &'a self,
         items: &'a [FlushItem],
         receipt: &'a FlushReceipt,
-    ) -> StoreFuture<'a, Vec<bool>>;
+    ) -> StoreFuture<'a, Vec<Option<bool>>>;
 
     /// Decides one request of an `exact` mode rule atomically in the store.
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision>;

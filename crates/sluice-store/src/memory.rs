@@ -272,7 +272,7 @@ impl CounterStore for MemoryStore {
         &'a self,
         items: &'a [FlushItem],
         receipt: &'a FlushReceipt,
-    ) -> StoreFuture<'a, Vec<bool>> {
+    ) -> StoreFuture<'a, Vec<Option<bool>>> {
         Box::pin(self.round_trip(move || {
             self.commands.fetch_add(1, Ordering::Relaxed);
             let now = self.clock.now();
@@ -282,7 +282,7 @@ impl CounterStore for MemoryStore {
                     .get(&receipt.marker_key(first))
                     .is_some_and(|&(token, exp)| token == receipt.token && exp > now)
             });
-            Ok(vec![landed; items.len()])
+            Ok(vec![Some(landed); items.len()])
         }))
     }
 

@@ -577,27 +577,34 @@ impl ClusterBackend {
         &self,
         items: &[FlushItem],
         receipt: &FlushReceipt,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<Option<bool>>, StoreError> {
         let mut conn = self.connection().await?;
         let map = self.slot_map(&mut conn).await?;
-        let (by_node, _unserved) = group_by_node(&map, items);
-        let mut landed = vec![false; items.len()];
+        let (by_node, unserved) = group_by_node(&map, items);
+        // An item whose slot no master serves was not sent.
+        let mut landed = vec![Some(false); items.len()];
+        let mut error = None;
         for members in by_node.into_values() {
-            let marker: Option<u64> = redis::cmd("GET")
+            let marker: Result<Option<u64>, _> = redis::cmd("GET")
                 .arg(receipt.marker_key(&items[members[0]]))
                 .query_async(&mut conn)
-                .await
-                .map_err(|e| {
+                .await;
+            let arrived = match marker {
+                Ok(marker) => Some(marker == Some(receipt.token)),
+                Err(e) => {
                     self.invalidate();
-                    map_error(&e)
-                })?;
-            if marker == Some(receipt.token) {
-                for i in members {
-                    landed[i] = true;
+                    error = Some(map_error(&e));
+                    None
                 }
+            };
+            for i in members {
+                landed[i] = arrived;
             }
         }
-        Ok(landed)
+        match error {
+            Some(e) if unserved.is_empty() && landed.iter().all(Option::is_none) => Err(e),
+            _ => Ok(landed),
+        }
     }
 }
 

@@ -558,7 +558,7 @@ impl RedisStore {
         &self,
         items: &[FlushItem],
         receipt: &FlushReceipt,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<Option<bool>>, StoreError> {
         if let Backend::Cluster(cluster) = &self.backend {
             return cluster.landed(items, receipt).await;
         }
@@ -571,7 +571,7 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(|e| map_error(&e))?;
-        Ok(vec![marker == Some(receipt.token); items.len()])
+        Ok(vec![Some(marker == Some(receipt.token)); items.len()])
     }
 
     async fn exact_inner(&self, request: &ExactRequest) -> Result<Decision, StoreError> {
@@ -666,7 +666,7 @@ impl CounterStore for RedisStore {
         &'a self,
         items: &'a [FlushItem],
         receipt: &'a FlushReceipt,
-    ) -> StoreFuture<'a, Vec<bool>> {
+    ) -> StoreFuture<'a, Vec<Option<bool>>> {
         Box::pin(async move {
             let r = self.with_timeout(self.landed_inner(items, receipt)).await;
             if let Err(e) = &r {
