@@ -105,6 +105,14 @@ impl Fleet {
             i.engine.flush_due().await;
         }
     }
+
+    /// Flushes every instance now; every item must reach the store.
+    pub async fn flush_all_ok(&self) {
+        for i in &self.instances {
+            let report = i.engine.flush().await;
+            assert_eq!(report.failed, 0, "{report:?}");
+        }
+    }
 }
 
 pub fn window_of(t: u64, window_ns: u64) -> u64 {
