@@ -132,14 +132,23 @@ pub struct Engine {
 /// tells whether they arrived (nothing is counted twice).
 #[derive(Default)]
 struct Delivery {
-    /// Flushes whose outcome is unknown: each one's receipt and the items whose outcome is
-    /// unknown, with the counts they carried.
-    doubt: Vec<(FlushReceipt, Vec<FlushItem>)>,
+    /// Flushes whose outcome is not (entirely) known.
+    doubt: Vec<Doubt>,
     /// Counts the store is known to hold while their keys still have them as unsent (a flush in
     /// doubt that did arrive), per store key and window: taken off the next flush's deltas.
     landed: HashMap<(Arc<str>, u64), u64>,
     /// The next flush's receipt token.
     next_token: u64,
+}
+
+/// A flush whose outcome is unknown for some of its items.
+struct Doubt {
+    receipt: FlushReceipt,
+    /// The items exactly as sent (entries left out): the store finds each pipeline's marker
+    /// from them.
+    sent: Vec<FlushItem>,
+    /// Per item of `sent`: whether its outcome is still unknown.
+    unknown: Vec<bool>,
 }
 
 impl Delivery {
@@ -151,6 +160,16 @@ impl Delivery {
             next_token: std::collections::hash_map::RandomState::new().hash_one(0u8),
             ..Self::default()
         }
+    }
+
+    /// The store keys and windows whose counts are in an unsettled flush.
+    fn held(&self) -> std::collections::HashSet<(Arc<str>, u64)> {
+        self.doubt
+            .iter()
+            .flat_map(|d| d.sent.iter().zip(&d.unknown))
+            .filter(|(_, unknown)| **unknown)
+            .map(|(item, _)| (item.key.clone(), item.window))
+            .collect()
     }
 
     /// Takes the counts known to have arrived off `items`; returns what each item lost.
@@ -171,35 +190,17 @@ impl Delivery {
             .collect()
     }
 
-    /// After a flush: the counts taken off items that failed are still known to have arrived
-    /// (their keys have them back as unsent); the rest is forgotten (sent, or dropped by their
-    /// keys). Items that failed in a way that may have been applied (`failed(i)` is
-    /// `Some(true)`) become a new doubt.
-    fn after_flush(
-        &mut self,
-        receipt: FlushReceipt,
-        items: &[FlushItem],
-        taken: &[u64],
-        failed: impl Fn(usize) -> Option<bool>,
-    ) {
+    /// After a flush: the counts taken off items that failed (`failed(i)` is `Some`) are still
+    /// known to have arrived (their keys have them back as unsent); the rest is forgotten
+    /// (sent, or dropped by their keys).
+    fn keep_landed(&mut self, items: &[FlushItem], taken: &[u64], failed: impl Fn(usize) -> bool) {
         let mut landed = HashMap::new();
-        let mut doubt = Vec::new();
         for (i, item) in items.iter().enumerate() {
-            let Some(unknown) = failed(i) else { continue };
-            if let Some(&known) = taken.get(i).filter(|&&n| n > 0) {
+            if let Some(&known) = taken.get(i).filter(|&&n| n > 0 && failed(i)) {
                 landed.insert((item.key.clone(), item.window), known);
-            }
-            if unknown && item.delta > 0 {
-                doubt.push(FlushItem {
-                    entry: None,
-                    ..item.clone()
-                });
             }
         }
         self.landed = landed;
-        if !doubt.is_empty() {
-            self.doubt.push((receipt, doubt));
-        }
     }
 }
 
@@ -710,48 +711,40 @@ impl Engine {
 
     /// Settles the flushes whose outcome was unknown: counts that arrived are remembered (and
     /// taken off the next items of their key and window), lost ones are sent again by their
-    /// keys. Returns what could not be settled (the store did not answer), and why.
-    async fn settle_doubts(
-        &self,
-        delivery: &mut Delivery,
-    ) -> (Vec<(FlushReceipt, Vec<FlushItem>)>, Option<StoreError>) {
-        let mut unsettled = Vec::new();
+    /// keys. What cannot be settled (the store did not answer) stays in doubt. Returns the
+    /// first error.
+    async fn settle_doubts(&self, delivery: &mut Delivery) -> Option<StoreError> {
         let mut error: Option<StoreError> = None;
-        for (receipt, doubtful) in std::mem::take(&mut delivery.doubt) {
+        for doubt in &mut delivery.doubt {
             // After one failure the store is not asked again in this flush.
-            let arrived = match &error {
-                Some(_) => Vec::new(),
-                None => match self.store.landed(&doubtful, &receipt).await {
-                    Ok(arrived) => arrived,
-                    Err(e) => {
-                        error = Some(e);
-                        Vec::new()
-                    }
-                },
+            if error.is_some() {
+                break;
+            }
+            let arrived = match self.store.landed(&doubt.sent, &doubt.receipt).await {
+                Ok(arrived) => arrived,
+                Err(e) => {
+                    error = Some(e);
+                    continue;
+                }
             };
-            let mut unknown = Vec::new();
-            for (i, item) in doubtful.into_iter().enumerate() {
-                let outcome = match arrived.get(i).copied().flatten() {
-                    Some(true) => {
-                        *delivery
-                            .landed
-                            .entry((item.key.clone(), item.window))
-                            .or_default() += item.delta;
-                        "landed"
-                    }
-                    Some(false) => "lost",
-                    None => {
-                        unknown.push(item);
-                        continue;
-                    }
+            for (i, item) in doubt.sent.iter().enumerate() {
+                let known = arrived.get(i).copied().flatten();
+                let Some(arrived) = known.filter(|_| doubt.unknown[i]) else {
+                    continue;
                 };
+                doubt.unknown[i] = false;
+                if arrived {
+                    *delivery
+                        .landed
+                        .entry((item.key.clone(), item.window))
+                        .or_default() += item.delta;
+                }
+                let outcome = if arrived { "landed" } else { "lost" };
                 counter!("sluice_flush_doubts_settled_total", "outcome" => outcome).increment(1);
             }
-            if !unknown.is_empty() {
-                unsettled.push((receipt, unknown));
-            }
         }
-        (unsettled, error)
+        delivery.doubt.retain(|d| d.unknown.contains(&true));
+        error
     }
 
     /// Sends `items` with a new receipt, after settling the flushes whose outcome was unknown.
@@ -762,64 +755,80 @@ impl Engine {
         delivery: &mut Delivery,
         items: &mut [FlushItem],
     ) -> Result<FlushReply, StoreError> {
-        let (unsettled, settle_error) = self.settle_doubts(delivery).await;
-        let held: std::collections::HashSet<(Arc<str>, u64)> = unsettled
-            .iter()
-            .flat_map(|(_, doubtful)| doubtful.iter().map(|i| (i.key.clone(), i.window)))
-            .collect();
+        let settle_error = self.settle_doubts(delivery).await;
+        let held = delivery.held();
+        let is_held =
+            |item: &FlushItem| !held.is_empty() && held.contains(&(item.key.clone(), item.window));
         let taken = delivery.take_landed(items);
         let receipt = FlushReceipt {
             owner: self.node.clone(),
             token: delivery.next_token,
         };
         delivery.next_token = delivery.next_token.wrapping_add(1);
-        let is_held =
-            |item: &FlushItem| !held.is_empty() && held.contains(&(item.key.clone(), item.window));
         let not_settled = || {
             settle_error.clone().unwrap_or_else(|| {
                 StoreError::Unavailable("an earlier flush of this key is not settled".into())
             })
         };
-        let result = if held.is_empty() {
-            self.store.flush(items, Some(&receipt)).await
+        // What is sent: every item, or those not held.
+        let filtered: Vec<FlushItem>;
+        let sent: &[FlushItem] = if held.is_empty() {
+            items
         } else {
-            let to_send: Vec<FlushItem> = items.iter().filter(|i| !is_held(i)).cloned().collect();
-            if to_send.is_empty() {
-                Err(not_settled())
-            } else {
-                self.store
-                    .flush(&to_send, Some(&receipt))
-                    .await
-                    .map(|mut reply| {
-                        let mut sent = std::mem::take(&mut reply.results).into_iter();
-                        reply.results = items
-                            .iter()
-                            .map(|item| {
-                                if is_held(item) {
-                                    Err(not_settled())
-                                } else {
-                                    sent.next().unwrap_or_else(|| Err(not_settled()))
-                                }
-                            })
-                            .collect();
-                        reply
-                    })
-            }
+            filtered = items.iter().filter(|i| !is_held(i)).cloned().collect();
+            &filtered
         };
-        delivery.doubt = unsettled;
-        match &result {
-            Ok(reply) => {
-                delivery.after_flush(receipt, items, &taken, |i| match reply.results.get(i) {
-                    Some(Ok(_)) => None,
-                    Some(Err(_)) if is_held(&items[i]) => Some(false),
-                    Some(Err(e)) => Some(e.is_unavailable()),
-                    None => Some(false),
-                })
-            }
-            Err(e) => delivery.after_flush(receipt, items, &taken, |i| {
-                Some(!is_held(&items[i]) && e.is_unavailable())
-            }),
+        let result = if sent.is_empty() {
+            Err(not_settled())
+        } else {
+            self.store.flush(sent, Some(&receipt)).await
+        };
+        // Items whose outcome is unknown start a new doubt.
+        let unknown: Vec<bool> = sent
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                item.delta > 0
+                    && match &result {
+                        Ok(reply) => reply
+                            .results
+                            .get(i)
+                            .is_some_and(|r| r.as_ref().is_err_and(StoreError::is_unavailable)),
+                        Err(e) => e.is_unavailable(),
+                    }
+            })
+            .collect();
+        if unknown.contains(&true) {
+            delivery.doubt.push(Doubt {
+                receipt,
+                sent: sent
+                    .iter()
+                    .map(|i| FlushItem {
+                        entry: None,
+                        ..i.clone()
+                    })
+                    .collect(),
+                unknown,
+            });
         }
+        // The reply, lined up with `items`.
+        let result = result.map(|mut reply| {
+            if !held.is_empty() {
+                let mut answers = std::mem::take(&mut reply.results).into_iter();
+                reply.results = items
+                    .iter()
+                    .map(|item| match is_held(item) {
+                        true => Err(not_settled()),
+                        false => answers.next().unwrap_or_else(|| Err(not_settled())),
+                    })
+                    .collect();
+            }
+            reply
+        });
+        delivery.keep_landed(items, &taken, |i| match &result {
+            Ok(reply) => !matches!(reply.results.get(i), Some(Ok(_))),
+            Err(_) => true,
+        });
         result
     }
 

@@ -6,8 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::*;
-use sluice_core::ManualClock;
-use sluice_store::{CounterKey, MemoryStore};
+use sluice_core::{Decision, ManualClock};
+use sluice_store::{
+    CounterKey, CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, MemoryStore,
+    StoreFuture,
+};
 
 /// Even traffic at `rate_factor` x the limit over `nodes` instances for `windows` windows.
 /// Returns admitted counts per window.
@@ -246,6 +249,142 @@ async fn flushes_whose_replies_are_lost_are_counted_once() {
         store.total(key.as_str(), T0 / window_ns),
         admitted,
         "the store's total must equal the true total admitted: counts in doubt arrive once"
+    );
+}
+
+/// Two memory stores as two store nodes (like two Cluster masters): keys containing `bob` live
+/// on the second, which does not answer `landed` while `hide` is set.
+struct TwoNodes {
+    nodes: [Arc<MemoryStore>; 2],
+    hide: std::sync::atomic::AtomicBool,
+}
+
+impl TwoNodes {
+    fn node_of(item: &FlushItem) -> usize {
+        usize::from(item.key.contains("bob"))
+    }
+
+    /// The items of node `n`, with their indexes.
+    fn split(items: &[FlushItem], n: usize) -> (Vec<usize>, Vec<FlushItem>) {
+        items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| Self::node_of(item) == n)
+            .map(|(i, item)| (i, item.clone()))
+            .unzip()
+    }
+}
+
+impl CounterStore for TwoNodes {
+    fn flush<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: Option<&'a FlushReceipt>,
+    ) -> StoreFuture<'a, FlushReply> {
+        Box::pin(async move {
+            let mut reply = FlushReply {
+                results: vec![Ok(Default::default()); items.len()],
+                ..Default::default()
+            };
+            for (n, node) in self.nodes.iter().enumerate() {
+                let (at, mine) = Self::split(items, n);
+                if mine.is_empty() {
+                    continue;
+                }
+                let part = node.flush(&mine, receipt).await?;
+                reply.round_trips += 1;
+                reply.store_time = part.store_time;
+                for (i, r) in at.into_iter().zip(part.results) {
+                    reply.results[i] = r;
+                }
+            }
+            Ok(reply)
+        })
+    }
+
+    fn landed<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: &'a FlushReceipt,
+    ) -> StoreFuture<'a, Vec<Option<bool>>> {
+        Box::pin(async move {
+            let mut landed = vec![None; items.len()];
+            for (n, node) in self.nodes.iter().enumerate() {
+                let (at, mine) = Self::split(items, n);
+                if n == 1 && self.hide.load(std::sync::atomic::Ordering::Relaxed) {
+                    continue;
+                }
+                for (i, l) in at.into_iter().zip(node.landed(&mine, receipt).await?) {
+                    landed[i] = l;
+                }
+            }
+            Ok(landed)
+        })
+    }
+
+    fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
+        self.nodes[0].exact(request)
+    }
+
+    fn time(&self) -> StoreFuture<'_, u64> {
+        self.nodes[0].time()
+    }
+
+    fn describe(&self) -> String {
+        "two memory nodes".into()
+    }
+}
+
+#[tokio::test]
+async fn a_key_whose_flush_cannot_be_settled_waits_and_the_others_flush() {
+    // Two store nodes. Replies are lost at the flush of 20 s (both keys in doubt). From 25 s
+    // to 45 s bob's node does not answer for markers: alice's doubt is settled and she flushes
+    // on; bob's counts stay with his key, unsent, until his doubt is settled. Every count
+    // arrives exactly once.
+    let rules = synced_rule(600, "60s", 6, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let node = || Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let store = Arc::new(TwoNodes {
+        nodes: [node(), node()],
+        hide: false.into(),
+    });
+    let fleet = Fleet::new(&rules, store.clone(), &[0], true);
+    let window = T0 / (60 * SECOND);
+    let total = |user: &str| {
+        let key = CounterKey::new("d/user", &[user]);
+        store.nodes[usize::from(user == "bob")].total(key.as_str(), window)
+    };
+    let mut admitted: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut t = T0;
+    for n in 0..600u64 {
+        let offset = t - T0;
+        for node in &store.nodes {
+            node.set_replies_lost((15 * SECOND..25 * SECOND).contains(&offset));
+        }
+        store.hide.store(
+            (25 * SECOND..45 * SECOND).contains(&offset),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        store_clock.set(t);
+        fleet.set_time(t);
+        let before = (total("alice"), total("bob"));
+        fleet.flush_due().await;
+        if offset == 30 * SECOND {
+            assert_eq!(total("alice"), admitted["alice"], "alice's flush goes on");
+            assert_eq!(total("bob"), before.1, "bob's counts wait for his doubt");
+            assert!(admitted["bob"] > before.1, "bob has counts to send");
+        }
+        let user = if n % 2 == 0 { "alice" } else { "bob" };
+        if fleet.check(0, user).allowed {
+            *admitted.entry(user).or_default() += 1;
+        }
+        t += SECOND / 10;
+    }
+    fleet.flush_all_ok().await;
+    assert_eq!(
+        (total("alice"), total("bob")),
+        (admitted["alice"], admitted["bob"]),
+        "the store's totals must equal the true totals admitted"
     );
 }
 
