@@ -190,10 +190,14 @@ impl Delivery {
             .collect()
     }
 
-    /// After a flush: the counts taken off items that failed (`failed(i)` is `Some`) are still
-    /// known to have arrived (their keys have them back as unsent); the rest is forgotten
-    /// (sent, or dropped by their keys).
+    /// After a flush: the counts taken off items that failed (`failed(i)`) are still known to
+    /// have arrived (their keys have them back as unsent); the rest is forgotten (sent, or
+    /// dropped by their keys).
     fn keep_landed(&mut self, items: &[FlushItem], taken: &[u64], failed: impl Fn(usize) -> bool) {
+        if taken.is_empty() {
+            self.landed.clear();
+            return;
+        }
         let mut landed = HashMap::new();
         for (i, item) in items.iter().enumerate() {
             if let Some(&known) = taken.get(i).filter(|&&n| n > 0 && failed(i)) {
@@ -778,26 +782,29 @@ impl Engine {
             filtered = items.iter().filter(|i| !is_held(i)).cloned().collect();
             &filtered
         };
-        let result = if sent.is_empty() {
-            Err(not_settled())
-        } else {
+        // A store that could not be asked about the doubts (every node failed) is not sent
+        // anything either: that would only wait for a second timeout.
+        let attempted = settle_error.is_none() && !sent.is_empty();
+        let result = if attempted {
             self.store.flush(sent, Some(&receipt)).await
+        } else {
+            Err(not_settled())
         };
         // Items whose outcome is unknown start a new doubt.
-        let unknown: Vec<bool> = sent
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                item.delta > 0
-                    && match &result {
-                        Ok(reply) => reply
-                            .results
-                            .get(i)
-                            .is_some_and(|r| r.as_ref().is_err_and(StoreError::is_unavailable)),
-                        Err(e) => e.is_unavailable(),
-                    }
-            })
-            .collect();
+        let in_doubt = |i: usize| match &result {
+            Ok(reply) => reply
+                .results
+                .get(i)
+                .is_some_and(|r| r.as_ref().is_err_and(StoreError::is_unavailable)),
+            Err(e) => attempted && e.is_unavailable(),
+        };
+        let all_ok = matches!(&result, Ok(r) if r.results.iter().all(Result::is_ok));
+        let unknown: Vec<bool> = match all_ok {
+            true => Vec::new(),
+            false => (0..sent.len())
+                .map(|i| sent[i].delta > 0 && in_doubt(i))
+                .collect(),
+        };
         if unknown.contains(&true) {
             delivery.doubt.push(Doubt {
                 receipt,
