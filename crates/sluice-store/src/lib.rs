@@ -173,11 +173,12 @@ pub trait CounterStore: Send + Sync + 'static {
         receipt: Option<&'a FlushReceipt>,
     ) -> StoreFuture<'a, FlushReply>;
 
-    /// Settles a flush of `items` under `receipt` whose outcome was unknown: per item, whether
-    /// the pipeline that carried it was applied (its marker is there), or `None` when the node
-    /// that holds its marker did not answer (Cluster: the other nodes' items are settled). `items` are the flush's
-    /// items, or those of them that failed, in the flush's order (the grouping into pipelines
-    /// is recomputed from them: after a Cluster failover the new master serves the same slots).
+    /// Settles a flush under `receipt` whose outcome was unknown: per item, whether the
+    /// pipeline that carried it was applied (its marker is there), or `None` when the node that
+    /// holds its marker did not answer (Cluster: the other nodes' items are settled). `items`
+    /// must be the flush's items exactly as sent: the pipelines and their first items, which
+    /// name the markers, are recomputed from them (after a Cluster failover the new master
+    /// serves the same slots).
     fn landed<'a>(
         &'a self,
         items: &'a [FlushItem],

@@ -122,42 +122,32 @@ pub async fn flush_semantics(store: &dyn CounterStore, prefix: &str) {
 /// A flush's receipt tells whether it arrived: its marker is there for the same items (grouped
 /// the same way), not for another token, another owner or items that were never flushed.
 async fn receipts(store: &dyn CounterStore, flushed: &[FlushItem], receipt: &FlushReceipt) {
-    let landed = |items: &'static str, r: &FlushReceipt, of: &[FlushItem]| {
-        let items = items.to_owned();
-        let of = of.to_vec();
-        let r = r.clone();
-        async move {
-            let landed = store.landed(&of, &r).await.expect("read the markers");
-            assert_eq!(landed.len(), of.len(), "{}: {items}", store.describe());
-            landed
-        }
+    let expect = |items: Vec<FlushItem>, r: FlushReceipt, arrived: bool, case: &'static str| async move {
+        let landed = store.landed(&items, &r).await.expect("read the markers");
+        assert_eq!(
+            landed,
+            vec![Some(arrived); items.len()],
+            "{}: {case}",
+            store.describe()
+        );
     };
-    let all = landed("flushed", receipt, flushed).await;
-    assert!(
-        all.iter().all(|&l| l == Some(true)),
-        "{}: a flush that arrived",
-        store.describe()
-    );
+    expect(
+        flushed.to_vec(),
+        receipt.clone(),
+        true,
+        "a flush that arrived",
+    )
+    .await;
     let later = FlushReceipt {
         token: receipt.token + 1,
         ..receipt.clone()
     };
-    let none = landed("other token", &later, flushed).await;
-    assert!(
-        none.iter().all(|&l| l == Some(false)),
-        "{}: another token",
-        store.describe()
-    );
+    expect(flushed.to_vec(), later, false, "another token").await;
     let stranger = FlushReceipt {
         owner: format!("{}-other", receipt.owner).into(),
         ..receipt.clone()
     };
-    let none = landed("other owner", &stranger, flushed).await;
-    assert!(
-        none.iter().all(|&l| l == Some(false)),
-        "{}: another owner",
-        store.describe()
-    );
+    expect(flushed.to_vec(), stranger, false, "another owner").await;
     let unsent: Vec<FlushItem> = flushed
         .iter()
         .map(|i| FlushItem {
@@ -166,12 +156,7 @@ async fn receipts(store: &dyn CounterStore, flushed: &[FlushItem], receipt: &Flu
             ..i.clone()
         })
         .collect();
-    let none = landed("never flushed", receipt, &unsent).await;
-    assert!(
-        none.iter().all(|&l| l == Some(false)),
-        "{}: items never flushed",
-        store.describe()
-    );
+    expect(unsent, receipt.clone(), false, "items never flushed").await;
 }
 
 /// Exact mode: the store decides exactly as `sluice-core` does, step for step, on a

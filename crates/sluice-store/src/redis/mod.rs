@@ -207,9 +207,7 @@ pub(crate) fn flush_pipeline(
     for item in items {
         counter.clear();
         let _ = write!(counter, "{}:{}", item.key, item.window);
-        let ttl_ms = u64::try_from(item.ttl.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
+        let ttl_ms = whole_ms(item.ttl);
         pipe.cmd("INCRBY").arg(counter.as_str()).arg(item.delta);
         let incr = n;
         n += 1;
@@ -249,14 +247,11 @@ pub(crate) fn flush_pipeline(
     }
     if let (Some(receipt), Some(first)) = (receipt, items.first()) {
         let longest = items.iter().map(|i| i.ttl).max().unwrap_or_default();
-        let ttl_ms = u64::try_from(longest.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
         pipe.cmd("SET")
             .arg(receipt.marker_key(first))
             .arg(receipt.token)
             .arg("PX")
-            .arg(ttl_ms);
+            .arg(whole_ms(longest));
         n += 1;
     }
     if with_time {
@@ -264,6 +259,11 @@ pub(crate) fn flush_pipeline(
         n += 1;
     }
     (pipe, plans, n)
+}
+
+/// A TTL in whole milliseconds for `PEXPIRE`/`PX`: at least 1 (0 is refused).
+fn whole_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The bytes a flush of `items` sends to a standalone server (`TIME` included), for benches:
