@@ -16,12 +16,31 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A free TCP port on 127.0.0.1 (bound and released; the kernel does not reuse it at once).
+/// Where [`free_port`] looks: below Linux's ephemeral range (32768-60999), which the kernel
+/// hands out both for `bind(0)` and for every outgoing connection's local port. A port taken
+/// from that range could be taken again by any client's connection before the server that
+/// was meant to listen on it binds it (seen: `bind: Address already in use` under load).
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A free TCP port on 127.0.0.1 outside the ephemeral range. Each process walks
+/// [`TEST_PORTS`] from its own random start and never hands out a port twice, so parallel test
+/// processes rarely meet; a port that does not bind is skipped.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port on 127.0.0.1")
+    use std::hash::BuildHasher as _;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
+    let span = u32::from(TEST_PORTS.end - TEST_PORTS.start);
+    let next = NEXT.get_or_init(|| {
+        let random = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        AtomicU32::new((random % u64::from(span)) as u32)
+    });
+    for _ in 0..span {
+        let port = TEST_PORTS.start + (next.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {TEST_PORTS:?}")
 }
 
 /// Whether `redis-server` is installed (the README's test command installs it when missing).
@@ -372,6 +391,7 @@ fn spawn_redis<S: AsRef<std::ffi::OsStr>>(port: u16, dir: &std::path::Path, extr
         // Replicas sync at once instead of after the default 5 s diskless-sync delay.
         .args(["--repl-diskless-sync-delay", "0"])
         .args(extra)
+        .args(["--logfile", "redis.log"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -387,7 +407,9 @@ fn spawn_redis<S: AsRef<std::ffi::OsStr>>(port: u16, dir: &std::path::Path, extr
         // Not left running behind a failed test.
         let mut child = Some(child);
         kill_child(&mut child);
-        panic!("redis on {port} did not start");
+        let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        panic!("redis on {port} did not start; its log ends: {tail:?}");
     }
     child
 }
