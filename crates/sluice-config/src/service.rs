@@ -246,7 +246,7 @@ pub struct ServiceConfig {
     pub store_ca_file: Option<PathBuf>,
 }
 
-const MAX_COST: i64 = 1_000_000_000;
+const MAX_COST: i64 = sluice_core::MAX_COST as i64;
 
 fn parse_addr(field: &str, value: &Spanned<String>) -> Result<SocketAddr, Located> {
     value.value.parse().map_err(|_| {

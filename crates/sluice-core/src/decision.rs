@@ -2,6 +2,12 @@
 
 use std::time::Duration;
 
+/// The largest cost one request may carry, at every front door (gRPC `hits_addend`, `/json`,
+/// `/v1/acquire`'s `amount`, gateway route costs) and in the engine. A cap this far below
+/// `u64::MAX` keeps every sum of costs and counts far from overflow, so no cost can wrap a
+/// counter back under its limit.
+pub const MAX_COST: u64 = 1_000_000_000;
+
 /// What a limiter decided for one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

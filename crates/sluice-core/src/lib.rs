@@ -41,6 +41,6 @@ pub use clock::{
     COARSE_CLOCK_RESOLUTION, Clock, CoarseClock, ManualClock, Nanos, StdClock, SystemClock,
     duration_to_nanos,
 };
-pub use decision::{Allowed, Decision, Denied, InsufficientCapacity};
+pub use decision::{Allowed, Decision, Denied, InsufficientCapacity, MAX_COST};
 pub use keyed::{CellFor, KeyedLimiter};
 pub use rate::{Rate, RateError, format_duration};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, RuleSet, RuleSettings};
-use sluice_core::{Clock, Decision, Nanos};
+use sluice_core::{Clock, Decision, MAX_COST, Nanos};
 use sluice_store::{CounterKey, CounterStore, FlushItem, FlushReceipt, FlushReply, StoreError};
 use smallvec::SmallVec;
 
@@ -28,6 +28,15 @@ pub enum EngineError {
     /// `exact` rules count in the store with a script per request; they take no refills.
     #[error("rule `{0}` is in exact mode, which does not take refills")]
     RefillUnsupported(String),
+    /// A cost (or refill amount) above [`sluice_core::MAX_COST`]: refused before any rule
+    /// is counted, so no sum of costs can overflow a counter.
+    #[error("descriptors[{descriptor}] costs {cost}; at most {max} is allowed", max = sluice_core::MAX_COST)]
+    CostTooLarge {
+        /// The descriptor's index in the request.
+        descriptor: usize,
+        /// The cost asked for.
+        cost: u64,
+    },
 }
 
 /// Settings that are not in the rule files.
@@ -72,6 +81,9 @@ struct RuleEngine {
     name: Option<Arc<str>>,
     shadow: bool,
     limit: Option<(u64, Duration)>,
+    /// The largest cost the rule admits at once; a larger one is `CostExceedsLimit`, decided
+    /// before any counter is touched.
+    capacity: u64,
     policy: &'static str,
     /// Shared with the engine a reload builds, when the rule did not change: its counters
     /// survive the reload.
@@ -366,6 +378,10 @@ impl Engine {
                     name: rule.name.as_deref().map(Arc::from),
                     shadow: rule.shadow_mode,
                     limit,
+                    capacity: match &rule.limit {
+                        Limit::Unlimited => u64::MAX,
+                        Limit::Limited(spec) => crate::local::capacity_of(&spec.resolve(defaults)),
+                    },
                     policy,
                     kind: kept.unwrap_or_else(|| Arc::new(kind)),
                     signature,
@@ -481,6 +497,12 @@ impl Engine {
         V: AsRef<str>,
     {
         let cost_of = |i: usize| costs.get(i).or(costs.last()).copied().unwrap_or(1);
+        if let Some(descriptor) = (0..descriptors.len()).find(|&i| cost_of(i) > MAX_COST) {
+            return Err(EngineError::CostTooLarge {
+                descriptor,
+                cost: cost_of(descriptor),
+            });
+        }
         let table = self
             .domains
             .get(domain)
@@ -571,6 +593,13 @@ impl Engine {
                 }),
                 None,
             ),
+            _ if cost > engine.capacity => (
+                Decision::InsufficientCapacity(sluice_core::InsufficientCapacity {
+                    cost,
+                    capacity: engine.capacity,
+                }),
+                None,
+            ),
             RuleKind::Local(local) => with_key(values(), |key| {
                 if local.len() >= self.max_keys && !local.contains(key) {
                     return self.overflow(engine, key, now, cost, 1);
@@ -653,6 +682,12 @@ impl Engine {
         entries: &[(K, V)],
         amount: u64,
     ) -> Result<usize, EngineError> {
+        if amount > MAX_COST {
+            return Err(EngineError::CostTooLarge {
+                descriptor: 0,
+                cost: amount,
+            });
+        }
         let table = self
             .domains
             .get(domain)

@@ -33,6 +33,18 @@ macro_rules! each {
     };
 }
 
+/// The largest cost a rule with these settings admits at once (its bucket or its limit).
+pub(crate) fn capacity_of(limit: &ResolvedLimit) -> u64 {
+    use sluice_core::Algorithm as _;
+    let rate = limit.rate;
+    match limit.algorithm {
+        AlgorithmKind::TokenBucket => Gcra::with_burst(rate, limit.burst).capacity(),
+        AlgorithmKind::LeakyBucket => LeakyBucket::new(rate, limit.burst).capacity(),
+        AlgorithmKind::LeakyQueue => LeakyQueue::new(rate, limit.max_delay).capacity(),
+        _ => rate.limit(),
+    }
+}
+
 impl LocalLimiter {
     pub(crate) fn new(limit: &ResolvedLimit, rate: Rate, clock: SharedClock) -> Self {
         const PRESIZE: usize = 1024;

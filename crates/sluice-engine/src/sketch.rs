@@ -71,13 +71,43 @@ impl OverflowSketch {
             .map(|&i| u64::from(self.counters[i].load(Ordering::Relaxed)))
             .min()
             .unwrap_or(0);
-        if estimate + cost > limit {
+        if estimate.saturating_add(cost) > limit {
             return false;
         }
+        // Saturating: a counter that wrapped would admit its keys again.
         let add = u32::try_from(cost).unwrap_or(u32::MAX);
         for i in slots {
-            self.counters[i].fetch_add(add, Ordering::Relaxed);
+            let _ = self.counters[i].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                Some(c.saturating_add(add))
+            });
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_cost_never_wraps_a_counter() {
+        let sketch = OverflowSketch::new();
+        let w = 1_000_000_000;
+        assert!(sketch.check("k", 0, w, 5, 5));
+        assert!(!sketch.check("k", 0, w, 5, 1), "the key is at its limit");
+        assert!(
+            !sketch.check("k", 0, w, 5, u64::MAX),
+            "no overflow past the limit"
+        );
+        assert!(sketch.check("big", 0, w, u64::MAX, u64::from(u32::MAX)));
+        assert!(sketch.check("big", 0, w, u64::MAX, u64::from(u32::MAX)));
+        let slots = sketch.slots("big");
+        assert!(
+            slots
+                .iter()
+                .all(|&i| sketch.counters[i].load(Ordering::Relaxed) == u32::MAX),
+            "counters saturate instead of wrapping"
+        );
+        assert!(!sketch.check("k", 0, w, 5, 1), "still denied");
     }
 }

@@ -118,3 +118,66 @@ async fn keys_beyond_the_cap_of_a_synced_rule_keep_to_this_instances_share() {
     assert_eq!(admitted("192.0.2.1"), 77);
     assert_eq!(admitted("192.0.2.2"), 20, "a key beyond the cap");
 }
+
+/// The cost-overflow bypass: at the key cap, a denied key sent with a huge cost was answered OK
+/// and wrapped the sketch's counters so that the next normal request passed too. Every mode
+/// now refuses a cost above the cap, answers a cost above the rule's limit with
+/// `CostExceedsLimit`, and keeps counting the key as before.
+#[tokio::test]
+async fn a_huge_cost_is_never_an_admission_and_never_wraps_a_count() {
+    use sluice_engine::{EngineError, Outcome};
+    for mode in ["local", "synced"] {
+        let clock = ManualClock::new(T0);
+        let engine = engine(mode, 1, &clock);
+        let tracked = [[("ip", "10.0.0.1")]];
+        assert!(
+            now_or_never(engine.check("d", &tracked, 1))
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
+        // Beyond the cap: the sketch decides. Use up the key's limit of 5.
+        let beyond = [[("ip", "10.0.0.2")]];
+        for _ in 0..5 {
+            assert!(
+                now_or_never(engine.check("d", &beyond, 1))
+                    .unwrap()
+                    .unwrap()
+                    .allowed
+            );
+        }
+        for cost in [u64::MAX, u64::from(u32::MAX) + 1, sluice_core::MAX_COST + 1] {
+            let e = now_or_never(engine.check("d", &beyond, cost)).unwrap();
+            assert!(
+                matches!(e, Err(EngineError::CostTooLarge { descriptor: 0, .. })),
+                "{mode}: cost {cost}: {e:?}"
+            );
+            let v =
+                now_or_never(engine.check_each("d", &[beyond[0], tracked[0]], &[1, cost])).unwrap();
+            assert!(
+                v.is_err(),
+                "{mode}: a second descriptor's cost is checked too"
+            );
+        }
+        for key in [&beyond, &tracked] {
+            let v = now_or_never(engine.check("d", key, sluice_core::MAX_COST))
+                .unwrap()
+                .unwrap();
+            assert!(!v.allowed, "{mode}: a cost above the limit is a denial");
+            assert_eq!(v.statuses[0].outcome, Outcome::CostExceedsLimit);
+        }
+        let v = now_or_never(engine.check("d", &beyond, 1))
+            .unwrap()
+            .unwrap();
+        assert!(!v.allowed, "{mode}: the key stays at its limit");
+        let admitted = (0..10)
+            .filter(|_| {
+                now_or_never(engine.check("d", &tracked, 1))
+                    .unwrap()
+                    .unwrap()
+                    .allowed
+            })
+            .count();
+        assert_eq!(admitted, 4, "{mode}: the tracked key keeps its exact count");
+    }
+}

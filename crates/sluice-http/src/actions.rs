@@ -6,12 +6,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use http::{HeaderMap, Method};
 use sluice_config::{Action, HeaderMatch, HeaderMatcher, Route, RouteMatch};
 
+use crate::value::{descriptor_value, query_value};
+
 /// What the actions read from a request.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestParts<'a> {
     /// Method.
     pub method: &'a Method,
-    /// Path, without the query.
+    /// Path, without the query, normalized (see [`crate::normalize_path`]).
     pub path: &'a str,
     /// Query string, without `?`.
     pub query: Option<&'a str>,
@@ -88,7 +90,8 @@ fn mask(ip: IpAddr, v4: u8, v6: u8) -> String {
 fn header_holds(headers: &HeaderMap, matcher: &HeaderMatcher) -> bool {
     let value = headers
         .get(matcher.name.as_str())
-        .and_then(|v| v.to_str().ok());
+        .map(|v| descriptor_value(v.as_bytes()));
+    let value = value.as_deref();
     let holds = match (&matcher.matcher, value) {
         (HeaderMatch::Present(want), v) => v.is_some() == *want,
         (_, None) => false,
@@ -104,7 +107,7 @@ fn header_holds(headers: &HeaderMap, matcher: &HeaderMatcher) -> bool {
 fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
     query?.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (k == name).then_some(v)
+        (k == name || (k.contains(['%', '+']) && query_value(k) == name)).then_some(v)
     })
 }
 
@@ -124,17 +127,13 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
                         header_name,
                         descriptor_key,
                         skip_if_absent,
-                    } => {
-                        match req
-                            .headers
-                            .get(header_name.as_str())
-                            .and_then(|v| v.to_str().ok())
-                        {
-                            Some(v) => entries.push((descriptor_key.as_str(), Cow::Borrowed(v))),
-                            None if *skip_if_absent => {}
-                            None => return None,
+                    } => match req.headers.get(header_name.as_str()) {
+                        Some(v) => {
+                            entries.push((descriptor_key.as_str(), descriptor_value(v.as_bytes())))
                         }
-                    }
+                        None if *skip_if_absent => {}
+                        None => return None,
+                    },
                     Action::RemoteAddress => {
                         entries.push(("remote_address", Cow::Owned(req.client?.to_string())))
                     }
@@ -176,7 +175,7 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
                         descriptor_key,
                         skip_if_absent,
                     } => match query_param(req.query, name) {
-                        Some(v) => entries.push((descriptor_key.as_str(), Cow::Borrowed(v))),
+                        Some(v) => entries.push((descriptor_key.as_str(), query_value(v))),
                         None if *skip_if_absent => {}
                         None => return None,
                     },

@@ -1,5 +1,6 @@
 //! `RateLimitLayer` and the `RateLimit` service it builds.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -14,6 +15,7 @@ use sluice_engine::Engine;
 
 use crate::actions::{RequestParts, client_address, descriptors, route_matches};
 use crate::headers::{add_rate_limit_headers, rate_limit_fields, retry_after_secs};
+use crate::path::normalize_path;
 
 /// How a gateway or service limits: the domain its rules live in, its routes (first match
 /// wins; each builds descriptors and has a cost), the header style, and how many
@@ -97,13 +99,23 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
         // The clone that was polled ready serves this call (tower's usual dance).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         Box::pin(async move {
             let policy = &shared.policy;
+            // Routes match, and the inner service sees, the normalized path: `//login` and
+            // `/%6cogin` are `/login` here as they are upstream.
+            match normalize_path(req.uri().path()) {
+                Err(e) => return Ok(bad_request(&e.to_string())),
+                Ok(Cow::Borrowed(_)) => {}
+                Ok(Cow::Owned(path)) => match with_path(req.uri(), &path) {
+                    Some(uri) => *req.uri_mut() = uri,
+                    None => return Ok(bad_request("invalid request target")),
+                },
+            }
             let route = policy
                 .routes
                 .iter()
@@ -173,6 +185,28 @@ where
             Ok(response)
         })
     }
+}
+
+/// `uri` with its path replaced (query kept).
+fn with_path(uri: &http::Uri, path: &str) -> Option<http::Uri> {
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(path_and_query.parse().ok()?);
+    http::Uri::from_parts(parts).ok()
+}
+
+fn bad_request<T>(message: &str) -> Response<Either<T, Full<bytes_alias::Bytes>>> {
+    let body = serde_json::json!({ "error": message }).to_string();
+    let mut response = Response::new(Either::Right(Full::new(bytes_alias::Bytes::from(body))));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// Whether a request is a gRPC call (`content-type: application/grpc`, `application/grpc+proto`,

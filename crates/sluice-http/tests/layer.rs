@@ -256,3 +256,98 @@ async fn header_match_query_method_and_shadow() {
         [200, 200, 200]
     );
 }
+
+/// The bypasses of an attacker who knows the routes: other spellings of a limited path, header
+/// bytes that are not UTF-8, encoded query values, very long values. Each one must land on the
+/// same counter as the plain request (and the inner service must see the normalized path).
+#[tokio::test]
+async fn other_spellings_of_a_path_header_or_query_share_one_limit() {
+    let routes = "      - match: { path: /login }\n        rate_limits:\n          - actions:\n              - generic_key: { descriptor_value: all }\n      - match: { path_prefix: /q }\n        rate_limits:\n          - actions:\n              - query_parameter: { query_parameter_name: key, descriptor_key: api_key }\n      - match: { path_prefix: / }\n        rate_limits:\n          - actions:\n              - request_headers: { header_name: x-user-id, descriptor_key: user }\n";
+    let mut h = Harness::new(routes, HeaderStyle::None, 0);
+    // `all` allows 6 per minute; every spelling counts against it.
+    let spellings = [
+        "/login",
+        "//login",
+        "/./login",
+        "/%6cogin",
+        "/x/../login",
+        "/%2E/login",
+        "/login",
+    ];
+    let mut got = Vec::new();
+    for p in spellings {
+        got.push(h.send("GET", p, &[], PEER).await.status().as_u16());
+    }
+    assert_eq!(got, [200, 200, 200, 200, 200, 200, 429]);
+    // A malformed escape is refused, not passed on unlimited.
+    assert_eq!(h.statuses(1, "/log%zzin", &[], PEER).await, [400]);
+    // `api_key` allows 2: `%6B1` and `k+1`-style spellings are the same value upstream.
+    assert_eq!(h.statuses(1, "/q?key=k1", &[], PEER).await, [200], "plain");
+    assert_eq!(h.statuses(1, "/q?key=%6B1", &[], PEER).await, [200]);
+    assert_eq!(h.statuses(1, "/q?%6Bey=k1", &[], PEER).await, [429]);
+    // Header bytes >= 0x80 are a value like any other (user allows 2 per minute).
+    let raw = http::HeaderValue::from_bytes(b"mallory\xff").unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let mut req = Request::builder().uri("/a").body(String::new()).unwrap();
+        req.headers_mut().insert("x-user-id", raw.clone());
+        req.extensions_mut()
+            .insert(PEER.parse::<SocketAddr>().unwrap());
+        let r = h.svc.ready().await.unwrap().call(req).await.unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    // A 100 KB value is limited like a short one (hashed, not skipped or stored whole).
+    let long = "u".repeat(100_000);
+    assert_eq!(
+        h.statuses(3, "/a", &[("x-user-id", long.as_str())], PEER)
+            .await,
+        [200, 200, 429]
+    );
+}
+
+#[tokio::test]
+async fn the_inner_service_sees_the_normalized_path() {
+    let domain = sluice_config::parse_domain(Path::new("edge.yaml"), RULES).unwrap();
+    let rules = sluice_config::RuleSet::new(vec![domain]).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_800_000_000_000_000_000));
+    let engine = Engine::new(
+        &rules,
+        &Default::default(),
+        Arc::new(MemoryStore::new(clock.clone())),
+        clock,
+        EngineOptions {
+            shared_store: false,
+            ..Default::default()
+        },
+    );
+    let layer = RateLimitLayer::new(
+        Arc::new(ArcSwap::from_pointee(engine)),
+        LimitPolicy {
+            domain: "edge".into(),
+            routes: routes(
+                "      - match: { path: /login }\n        rate_limits:\n          - actions:\n              - generic_key: { descriptor_value: all }\n",
+            ),
+            headers: HeaderStyle::None,
+            trusted_hops: 0,
+        },
+    );
+    let inner = tower::service_fn(|req: Request<String>| async move {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(req.uri().to_string()))))
+    });
+    let mut svc = tower::Layer::layer(&layer, inner);
+    let req = Request::builder()
+        .uri("//a/../login?x=%41")
+        .body(String::new())
+        .unwrap();
+    let reply = svc.ready().await.unwrap().call(req).await.unwrap();
+    let body = http_body_util::BodyExt::collect(reply.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(
+        &body[..],
+        b"/login?x=%41",
+        "path normalized, query untouched"
+    );
+}

@@ -17,7 +17,7 @@ use crate::{RlsOptions, SharedEngine};
 
 /// Distinct ad-hoc limits (shapes) kept at once: each has its own keyed limiter.
 const MAX_ADHOC_SHAPES: usize = 10_000;
-const MAX_AMOUNT: u64 = 1_000_000_000;
+const MAX_AMOUNT: u64 = sluice_core::MAX_COST;
 const MAX_BATCH: usize = 1000;
 
 /// A limit sent with the request: a token bucket of `requests` per `window`.

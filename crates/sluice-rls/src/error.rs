@@ -37,6 +37,7 @@ impl From<EngineError> for RequestError {
             EngineError::UnknownDomain(d) => RequestError::UnknownDomain(format!(
                 "unknown domain `{d}`: no rule file defines it"
             )),
+            e @ EngineError::CostTooLarge { .. } => RequestError::Invalid(e.to_string()),
             other => RequestError::Unsupported(other.to_string()),
         }
     }
