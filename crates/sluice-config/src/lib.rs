@@ -28,12 +28,14 @@
 mod duration;
 mod error;
 mod load;
+mod protection;
 mod raw;
 mod rules;
 mod service;
 
 pub use error::ConfigError;
 pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};
+pub use protection::{Access, ListenerLimits, redact_url};
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleSet, RuleSettings,

@@ -95,6 +95,8 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             gateways: Vec::new(),
             expected_instances: 1,
             store_ca_file: None,
+            listeners: Default::default(),
+            access: Default::default(),
         });
     }
     parse_service(file, &text)

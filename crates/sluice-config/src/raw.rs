@@ -72,6 +72,31 @@ pub(crate) struct RawServiceFile {
     pub store_ca_file: Option<Spanned<String>>,
     #[serde(default)]
     pub gateways: Vec<RawGateway>,
+    #[serde(default)]
+    pub listeners: RawListeners,
+    #[serde(default)]
+    pub access: RawAccess,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListeners {
+    pub max_connections: Option<Spanned<i64>>,
+    pub admin_max_connections: Option<Spanned<i64>>,
+    pub max_requests_in_flight: Option<Spanned<i64>>,
+    pub header_read_timeout: Option<Spanned<String>>,
+    pub idle_timeout: Option<Spanned<String>>,
+    pub request_timeout: Option<Spanned<String>>,
+    pub max_header_bytes: Option<Spanned<i64>>,
+    pub max_body_bytes: Option<Spanned<i64>>,
+    pub http2_max_concurrent_streams: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAccess {
+    pub admin_token_file: Option<Spanned<String>>,
+    pub api_token_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

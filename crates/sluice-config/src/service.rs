@@ -9,8 +9,8 @@ use crate::error::{ConfigError, Located, suggestion};
 use crate::raw::{RawAction, RawGateway, RawRoute, RawServiceFile};
 use crate::rules::{RuleSet, RuleSettings, parse_settings};
 
-/// Where counters are shared.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where counters are shared. Its `Debug` output never shows a password.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreConfig {
     /// The embedded in-memory store (one process).
@@ -46,6 +46,46 @@ pub enum StoreConfig {
         /// ACL user and password.
         auth: Option<(Option<String>, String)>,
     },
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let login = |auth: &Option<(Option<String>, String)>| match auth {
+            None => "none".to_owned(),
+            Some((user, _)) => format!("{}:***", user.as_deref().unwrap_or("")),
+        };
+        match self {
+            StoreConfig::Memory => f.write_str("Memory"),
+            StoreConfig::Redis { url } => f
+                .debug_struct("Redis")
+                .field("url", &crate::redact_url(url))
+                .finish(),
+            StoreConfig::Sentinel {
+                sentinels,
+                master,
+                tls,
+                auth,
+                db,
+                sentinel_auth,
+                sentinel_tls,
+            } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", sentinels)
+                .field("master", master)
+                .field("tls", tls)
+                .field("auth", &login(auth))
+                .field("db", db)
+                .field("sentinel_auth", &login(sentinel_auth))
+                .field("sentinel_tls", sentinel_tls)
+                .finish(),
+            StoreConfig::Cluster { nodes, tls, auth } => f
+                .debug_struct("Cluster")
+                .field("nodes", nodes)
+                .field("tls", tls)
+                .field("auth", &login(auth))
+                .finish(),
+        }
+    }
 }
 
 /// Which rate-limit headers HTTP responses carry.
@@ -244,6 +284,10 @@ pub struct ServiceConfig {
     /// PEM root certificate(s) to trust for a `rediss://` store instead of the built-in web
     /// roots (`store_ca_file`, resolved against the config file's directory).
     pub store_ca_file: Option<PathBuf>,
+    /// How every listener protects itself (`listeners:`).
+    pub listeners: crate::ListenerLimits,
+    /// Bearer tokens for the admin endpoints and the APIs (`access:`).
+    pub access: crate::Access,
 }
 
 const MAX_COST: i64 = sluice_core::MAX_COST as i64;
@@ -369,7 +413,7 @@ fn parse_hosts(
                 value,
                 format!(
                     "empty host in store URL `{}`; write `host:port` entries separated by commas",
-                    value.value
+                    crate::redact_url(&value.value)
                 ),
             ));
         }
@@ -390,11 +434,13 @@ fn parse_hosts(
 /// Parses a store URL (DESIGN.md section 8).
 pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Located> {
     let url = value.value.trim();
+    // What error messages show: never the password.
+    let shown = crate::redact_url(url);
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Located::at(
             value,
             format!(
-                "invalid store `{url}`; write `memory://`, `redis://host:6379`, `rediss://host:6380`, `redis+sentinel://h1:26379,h2:26379/mymaster` or `redis+cluster://h1:7000,h2:7001`"
+                "invalid store `{shown}`; write `memory://`, `redis://host:6379`, `rediss://host:6380`, `redis+sentinel://h1:26379,h2:26379/mymaster` or `redis+cluster://h1:7000,h2:7001`"
             ),
         ));
     };
@@ -423,7 +469,7 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
                 return Err(Located::at(
                     value,
                     format!(
-                        "invalid store `{url}`; a {scheme}:// URL names one server, e.g. `{scheme}://127.0.0.1:6379/0`; for several, use redis+sentinel:// or redis+cluster://"
+                        "invalid store `{shown}`; a {scheme}:// URL names one server, e.g. `{scheme}://127.0.0.1:6379/0`; for several, use redis+sentinel:// or redis+cluster://"
                     ),
                 ));
             }
@@ -441,7 +487,7 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
                 return Err(Located::at(
                     value,
                     format!(
-                        "store `{url}` names no master; append the master name, e.g. `redis+sentinel://{hosts}/mymaster`"
+                        "store `{shown}` names no master; append the master name, e.g. `redis+sentinel://{hosts}/mymaster`"
                     ),
                 ));
             }
@@ -896,6 +942,8 @@ impl ServiceConfig {
             gateways,
             expected_instances,
             store_ca_file: raw.store_ca_file.as_ref().map(|f| base.join(&f.value)),
+            listeners: crate::protection::parse_listeners(&raw.listeners).map_err(err)?,
+            access: crate::protection::parse_access(&raw.access, base).map_err(err)?,
         })
     }
 }

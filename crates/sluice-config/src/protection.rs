@@ -1,0 +1,229 @@
+//! `listeners:` and `access:` in `sluice.yaml`: how every listener defends itself (connection
+//! caps, timeouts, load shedding, size limits) and who may call what (bearer tokens).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_saphyr::Spanned;
+
+use crate::duration::parse_duration;
+use crate::error::Located;
+use crate::raw::{RawAccess, RawListeners};
+
+/// Protection of every listener (HTTP API, gRPC, admin, gateways). The defaults hold a
+/// slowloris or idle-connection flood off without any setting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Open connections per listener (`max_connections`, default 10,000); more are closed as
+    /// soon as they are accepted. Each gateway counts as one listener over all its workers.
+    pub max_connections: usize,
+    /// Open connections on the admin listener (`admin_max_connections`, default 64), kept
+    /// apart so that `/healthz` answers while the others are flooded.
+    pub admin_max_connections: usize,
+    /// Requests served at once per listener (`max_requests_in_flight`, default 4,096); more
+    /// are answered at once with 503 (gRPC: `UNAVAILABLE`) instead of queueing.
+    pub max_requests_in_flight: usize,
+    /// Time for a client to send a whole request head (`header_read_timeout`, default 10 s);
+    /// it also bounds how long an HTTP/1 keep-alive connection waits for its next request.
+    pub header_read_timeout: Duration,
+    /// A connection with no bytes in either direction for this long is closed
+    /// (`idle_timeout`, default 60 s; HTTP/2 and gRPC connections too).
+    pub idle_timeout: Duration,
+    /// Time to answer one request, its body included (`request_timeout`, default 30 s); then
+    /// 408 (gRPC: `CANCELLED`). A gateway's `upstream_timeout` applies as well.
+    pub request_timeout: Duration,
+    /// Largest HTTP/1 request head and HTTP/2 header list (`max_header_bytes`, default 64 KiB,
+    /// at least 8 KiB).
+    pub max_header_bytes: usize,
+    /// Largest request body of the JSON APIs (`max_body_bytes`, default 1 MiB); 413 beyond.
+    pub max_body_bytes: usize,
+    /// Concurrent HTTP/2 streams per connection (`http2_max_concurrent_streams`, default 128).
+    pub http2_max_concurrent_streams: u32,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            admin_max_connections: 64,
+            max_requests_in_flight: 4_096,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(30),
+            max_header_bytes: 64 * 1024,
+            max_body_bytes: 1024 * 1024,
+            http2_max_concurrent_streams: 128,
+        }
+    }
+}
+
+/// Bearer tokens, each read from a file (its content, surrounding whitespace removed). A
+/// listener whose token is unset is open to whoever reaches its address.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    /// Token for the admin endpoints (`admin_token_file`); `/healthz` and `/readyz` stay open
+    /// for probes.
+    pub admin_token_file: Option<PathBuf>,
+    /// Token for the HTTP API (`/v1/*`, `/json`) and the gRPC service (`api_token_file`).
+    pub api_token_file: Option<PathBuf>,
+}
+
+fn count(
+    field: &str,
+    value: Option<&Spanned<i64>>,
+    default: usize,
+    min: i64,
+) -> Result<usize, Located> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=100_000_000).contains(&v.value) => Ok(v.value as usize),
+        Some(v) => Err(Located::at(
+            v,
+            format!(
+                "listeners.{field} must be between {min} and 100000000, found {}",
+                v.value
+            ),
+        )),
+    }
+}
+
+fn timeout(
+    field: &str,
+    value: Option<&Spanned<String>>,
+    default: Duration,
+) -> Result<Duration, Located> {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    match parse_duration(&v.value) {
+        Some(d) if d >= Duration::from_millis(1) && d <= Duration::from_secs(86_400) => Ok(d),
+        Some(_) => Err(Located::at(
+            v,
+            format!(
+                "listeners.{field} must be between 1ms and 1d, found `{}`",
+                v.value
+            ),
+        )),
+        None => Err(Located::at(
+            v,
+            format!(
+                "listeners.{field} `{}` is not a duration; write e.g. `10s`, `500ms` or `1m`",
+                v.value
+            ),
+        )),
+    }
+}
+
+pub(crate) fn parse_listeners(raw: &RawListeners) -> Result<ListenerLimits, Located> {
+    let d = ListenerLimits::default();
+    Ok(ListenerLimits {
+        max_connections: count(
+            "max_connections",
+            raw.max_connections.as_ref(),
+            d.max_connections,
+            1,
+        )?,
+        admin_max_connections: count(
+            "admin_max_connections",
+            raw.admin_max_connections.as_ref(),
+            d.admin_max_connections,
+            1,
+        )?,
+        max_requests_in_flight: count(
+            "max_requests_in_flight",
+            raw.max_requests_in_flight.as_ref(),
+            d.max_requests_in_flight,
+            1,
+        )?,
+        header_read_timeout: timeout(
+            "header_read_timeout",
+            raw.header_read_timeout.as_ref(),
+            d.header_read_timeout,
+        )?,
+        idle_timeout: timeout("idle_timeout", raw.idle_timeout.as_ref(), d.idle_timeout)?,
+        request_timeout: timeout(
+            "request_timeout",
+            raw.request_timeout.as_ref(),
+            d.request_timeout,
+        )?,
+        max_header_bytes: count(
+            "max_header_bytes",
+            raw.max_header_bytes.as_ref(),
+            d.max_header_bytes,
+            8192,
+        )?,
+        max_body_bytes: count(
+            "max_body_bytes",
+            raw.max_body_bytes.as_ref(),
+            d.max_body_bytes,
+            1,
+        )?,
+        http2_max_concurrent_streams: count(
+            "http2_max_concurrent_streams",
+            raw.http2_max_concurrent_streams.as_ref(),
+            d.http2_max_concurrent_streams as usize,
+            1,
+        )?
+        .min(u32::MAX as usize) as u32,
+    })
+}
+
+pub(crate) fn parse_access(raw: &RawAccess, base: &Path) -> Result<Access, Located> {
+    let file = |field: &str, value: Option<&Spanned<String>>| -> Result<Option<PathBuf>, Located> {
+        match value {
+            None => Ok(None),
+            Some(v) if v.value.trim().is_empty() => Err(Located::at(
+                v,
+                format!("access.{field} is empty; write the path of a file that holds the token"),
+            )),
+            Some(v) => Ok(Some(base.join(v.value.trim()))),
+        }
+    };
+    Ok(Access {
+        admin_token_file: file("admin_token_file", raw.admin_token_file.as_ref())?,
+        api_token_file: file("api_token_file", raw.api_token_file.as_ref())?,
+    })
+}
+
+/// `url` with its password (and a Sentinel `sentinel_password=`) replaced by `***`, for
+/// errors and logs: a store URL is never shown whole.
+pub fn redact_url(url: &str) -> String {
+    let mut out = match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            let shown = if user.is_empty() {
+                "***".to_owned()
+            } else {
+                format!("{user}:***")
+            };
+            format!("{}://{shown}@{}", &url[..scheme_end], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    };
+    if let Some(i) = out.find("sentinel_password=") {
+        let start = i + "sentinel_password=".len();
+        let end = out[start..].find('&').map_or(out.len(), |n| start + n);
+        out.replace_range(start..end, "***");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            redact_url(
+                "redis+sentinel://app:S3cretPass@s1:26379/m?sentinel_password=w%40tch&sentinel_tls=true"
+            ),
+            "redis+sentinel://app:***@s1:26379/m?sentinel_password=***&sentinel_tls=true"
+        );
+        assert_eq!(redact_url("redis://:pw@h:6379/0"), "redis://***@h:6379/0");
+        assert_eq!(redact_url("redis://pw@h"), "redis://***@h");
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("memory://"), "memory://");
+    }
+}
