@@ -5,7 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod access;
 mod check;
+mod guarded;
+mod listener;
 mod serve;
 
 /// Sluice: a distributed rate limiter.

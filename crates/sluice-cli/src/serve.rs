@@ -9,12 +9,16 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use axum::http::StatusCode;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use sluice_config::{ServiceConfig, StoreConfig};
+use sluice_config::{ListenerLimits, ServiceConfig, StoreConfig};
 use sluice_core::{Clock, CoarseClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::{RlsOptions, SharedEngine};
 use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions, RedisTarget};
 use tokio::sync::watch;
+
+use crate::access::Token;
+use crate::guarded::ConnectionCap;
+use crate::listener::{connection_budget, guarded_incoming, protect, serve_http};
 
 /// How the admin endpoints and the reload paths share state.
 struct Service {
@@ -115,17 +119,10 @@ impl Service {
     }
 }
 
-fn admin_router(service: Arc<Service>) -> axum::Router {
-    use axum::routing::{get, post};
-    axum::Router::new()
-        .route(
-            "/metrics",
-            get(
-                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    s.prometheus.render()
-                },
-            ),
-        )
+/// The admin endpoints; with a token, every one but the probes (`/healthz`, `/readyz`) needs it.
+fn admin_router(service: Arc<Service>, token: Option<Token>) -> axum::Router {
+    use axum::routing::get;
+    let open = axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/readyz",
@@ -144,6 +141,32 @@ fn admin_router(service: Arc<Service>) -> axum::Router {
                             "the store has not been reached yet\n".to_owned(),
                         )
                     }
+                },
+            ),
+        )
+        .with_state(service.clone());
+    open.merge(with_token(admin_protected(service), token))
+}
+
+/// `router` behind a bearer token, when one is configured.
+fn with_token(router: axum::Router, token: Option<Token>) -> axum::Router {
+    match token {
+        Some(token) => router.layer(axum::middleware::from_fn_with_state(
+            token,
+            crate::access::require_bearer,
+        )),
+        None => router,
+    }
+}
+
+fn admin_protected(service: Arc<Service>) -> axum::Router {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route(
+            "/metrics",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    s.prometheus.render()
                 },
             ),
         )
@@ -246,6 +269,8 @@ fn spawn_gateway_worker(
     index: usize,
     listener: std::net::TcpListener,
     router: axum::Router,
+    limits: ListenerLimits,
+    cap: ConnectionCap,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
     std::thread::Builder::new()
@@ -258,16 +283,8 @@ fn spawn_gateway_worker(
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)
                     .context("cannot register the gateway listener")?;
-                let mut stop = stop;
-                axum::serve(
-                    listener,
-                    router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-                )
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-                .context("gateway listener")
+                serve_http(listener, router, limits, cap, stop).await;
+                Ok(())
             })
         })
         .context("cannot start a gateway worker thread")
@@ -305,8 +322,23 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let rls_options = RlsOptions {
         api_domain: config.api_domain.clone(),
         response_headers: true,
+        max_body: config.listeners.max_body_bytes,
         ..RlsOptions::default()
     };
+    let admin_token = config
+        .access
+        .admin_token_file
+        .as_deref()
+        .map(|f| Token::read(f, "access.admin_token_file"))
+        .transpose()?;
+    let api_token = config
+        .access
+        .api_token_file
+        .as_deref()
+        .map(|f| Token::read(f, "access.api_token_file"))
+        .transpose()?;
+    let limits = config.listeners.clone();
+    let max_connections = connection_budget(&limits, 2 + config.gateways.len());
 
     let http_listener = bind("http", config.listen.http).await?;
     let grpc_listener = bind("grpc", config.listen.grpc).await?;
@@ -327,19 +359,59 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         let _ = rx.wait_for(|s| *s).await.map(|_| ());
     };
 
-    let http = axum::serve(
+    let http = serve_http(
         http_listener,
-        sluice_rls::http_router(engine.clone(), rls_options.clone()),
-    )
-    .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let admin = axum::serve(admin_listener, admin_router(service.clone()))
-        .with_graceful_shutdown(stopped(stop_rx.clone()));
-    let grpc = tonic::transport::Server::builder()
-        .add_service(sluice_rls::grpc_service(engine.clone(), rls_options))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc_listener),
-            stopped(stop_rx.clone()),
+        protect(
+            with_token(
+                sluice_rls::http_router(engine.clone(), rls_options.clone()),
+                api_token.clone(),
+            ),
+            &limits,
+        ),
+        limits.clone(),
+        ConnectionCap::new("http", max_connections),
+        stop_rx.clone(),
+    );
+    let admin = serve_http(
+        admin_listener,
+        protect(admin_router(service.clone(), admin_token), &limits),
+        limits.clone(),
+        ConnectionCap::new("admin", limits.admin_max_connections),
+        stop_rx.clone(),
+    );
+    let grpc = {
+        let mut builder = tonic::transport::Server::builder()
+            .timeout(limits.request_timeout)
+            .max_concurrent_streams(limits.http2_max_concurrent_streams)
+            .http2_max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+            .layer(tower::ServiceBuilder::new().load_shed().layer(
+                tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_requests_in_flight),
+            ));
+        let incoming = guarded_incoming(
+            grpc_listener,
+            ConnectionCap::new("grpc", max_connections),
+            limits.idle_timeout,
         );
+        let service = sluice_rls::grpc_service(engine.clone(), rls_options);
+        let serving: std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+        > = match api_token {
+            Some(token) => Box::pin(
+                builder
+                    .add_service(tonic::service::interceptor::InterceptedService::new(
+                        service,
+                        crate::access::grpc_interceptor(token),
+                    ))
+                    .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
+            ),
+            None => Box::pin(
+                builder
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
+            ),
+        };
+        serving
+    };
 
     // Flush at span boundaries; Prometheus upkeep on the same beat.
     let flusher = {
@@ -404,6 +476,14 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
 
     let mut gateways = tokio::task::JoinSet::new();
     for (listeners, gateway) in gateway_listeners {
+        // One cap over all the gateway's workers; its requests may take the upstream's time.
+        let cap = ConnectionCap::new("gateway", max_connections);
+        let gateway_limits = ListenerLimits {
+            request_timeout: limits
+                .request_timeout
+                .max(gateway.upstream_timeout + Duration::from_secs(1)),
+            ..limits.clone()
+        };
         tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, workers = listeners.len(), "gateway serving");
         for (i, listener) in listeners.into_iter().enumerate() {
             // Built here, one per worker (each its own upstream pool): a bad upstream stops the
@@ -411,7 +491,15 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             let router =
                 sluice_http::gateway_router(engine.clone(), &gateway, gateway.upstream_timeout)
                     .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
-            let worker = spawn_gateway_worker(i, listener, router, stop_rx.clone())?;
+            let router = protect(router, &gateway_limits);
+            let worker = spawn_gateway_worker(
+                i,
+                listener,
+                router,
+                gateway_limits.clone(),
+                cap.clone(),
+                stop_rx.clone(),
+            )?;
             gateways.spawn_blocking(move || {
                 worker
                     .join()
@@ -420,9 +508,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         }
     }
     let servers = tokio::spawn(async move {
-        let (h, a, g) = tokio::join!(http, admin, grpc);
-        h.context("http listener")?;
-        a.context("admin listener")?;
+        let ((), (), g) = tokio::join!(http, admin, grpc);
         g.context("grpc listener")?;
         while let Some(done) = gateways.join_next().await {
             done.context("gateway task")?.context("gateway worker")?;

@@ -1,0 +1,193 @@
+//! How every listener of `sluice serve` defends itself: an accept loop with a connection cap
+//! and per-connection idle timeouts, hyper's header-read timeout and size limits, and in
+//! front of the routes a request timeout, a cap on requests in flight that sheds load at
+//! once (503) rather than queueing, and a body limit.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use http::StatusCode;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use sluice_config::ListenerLimits;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tower::ServiceExt as _;
+
+use crate::guarded::{ConnectionCap, Guarded};
+
+/// The router behind the request-level defences: at most `max_requests_in_flight` at once
+/// (503 beyond, at once), `request_timeout` per request (408), `max_body_bytes` for bodies
+/// read whole (413).
+pub(crate) fn protect(router: axum::Router, limits: &ListenerLimits) -> axum::Router {
+    let timeout = limits.request_timeout;
+    router
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(
+                    move |e: tower::BoxError| async move { overload_response(&e, timeout) },
+                ))
+                .load_shed()
+                .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+                    limits.max_requests_in_flight,
+                ))
+                .timeout(timeout),
+        )
+}
+
+fn overload_response(e: &tower::BoxError, timeout: Duration) -> Response {
+    let (status, message) = if e.is::<tower::load_shed::error::Overloaded>() {
+        metrics::counter!("sluice_requests_shed_total").increment(1);
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests in flight on this listener; retry shortly".to_owned(),
+        )
+    } else if e.is::<tower::timeout::error::Elapsed>() {
+        (
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request was not complete within {} ms",
+                timeout.as_millis()
+            ),
+        )
+    } else {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error".to_owned(),
+        )
+    };
+    let mut response =
+        (status, axum::Json(serde_json::json!({ "error": message }))).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(1));
+    }
+    response
+}
+
+fn connection_builder(limits: &ListenerLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// Waits for the next connection the cap admits. Accept errors (the process is out of file
+/// descriptors, say) are counted and retried after a pause instead of spinning.
+async fn next_connection(
+    listener: &TcpListener,
+    cap: &ConnectionCap,
+    idle: Duration,
+) -> (Guarded<TcpStream>, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let Some(slot) = cap.admit() else {
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                return (Guarded::new(stream, idle, slot), peer);
+            }
+            Err(e) => {
+                metrics::counter!("sluice_accept_errors_total", "listener" => cap.listener())
+                    .increment(1);
+                tracing::debug!(listener = cap.listener(), error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` turns true, then lets the requests in flight
+/// finish (for at most the request timeout).
+pub(crate) async fn serve_http(
+    listener: TcpListener,
+    router: axum::Router,
+    limits: ListenerLimits,
+    cap: ConnectionCap,
+    mut stop: watch::Receiver<bool>,
+) {
+    let builder = connection_builder(&limits);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (io, peer) = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            next = next_connection(&listener, &cap, limits.idle_timeout) => next,
+        };
+        let router = router.clone();
+        let service =
+            hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                router.clone().oneshot(req)
+            });
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(limits.request_timeout, graceful.shutdown()).await;
+}
+
+/// The gRPC listener's connections, under the same cap and idle timeout.
+pub(crate) fn guarded_incoming(
+    listener: TcpListener,
+    cap: ConnectionCap,
+    idle: Duration,
+) -> impl Stream<Item = std::io::Result<Guarded<TcpStream>>> {
+    futures_util::stream::unfold((listener, cap), move |(listener, cap)| async move {
+        let (io, _) = next_connection(&listener, &cap, idle).await;
+        Some((Ok(io), (listener, cap)))
+    })
+}
+
+/// Raises the soft limit on open files to the hard limit, and returns how many connections
+/// each API listener may hold so that, all full at once, the admin listener and the process
+/// (store connections, files) still have descriptors: `max_connections` or less.
+pub(crate) fn connection_budget(limits: &ListenerLimits, api_listeners: usize) -> usize {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    const RESERVE: u64 = 256;
+    let mut nofile = getrlimit(Resource::Nofile);
+    if nofile.current < nofile.maximum {
+        nofile.current = nofile.maximum;
+        if setrlimit(Resource::Nofile, nofile).is_err() {
+            nofile = getrlimit(Resource::Nofile);
+        }
+    }
+    let Some(available) = nofile.current else {
+        return limits.max_connections;
+    };
+    let spare = available.saturating_sub(RESERVE + limits.admin_max_connections as u64);
+    let per_listener = usize::try_from(spare / api_listeners.max(1) as u64)
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if per_listener < limits.max_connections {
+        tracing::warn!(
+            open_files = available,
+            listeners = api_listeners,
+            configured = limits.max_connections,
+            used = per_listener,
+            "listeners.max_connections does not fit the open-file limit; each API listener takes fewer so that admin keeps answering (raise `ulimit -n`)"
+        );
+        return per_listener;
+    }
+    limits.max_connections
+}
