@@ -56,10 +56,11 @@ fn raw_status(port: u16, request: &[u8]) -> u16 {
 /// Whether the server closes `stream` within `limit`: reads (a 408 or an HTTP/2 SETTINGS
 /// frame may come first) until EOF or a reset.
 fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
-    let deadline = std::time::Instant::now() + limit;
+    let clock = sluice_core::SystemClock::new();
+    let deadline = sluice_core::Clock::now(&clock) + limit.as_nanos() as u64;
     let mut buf = [0u8; 1024];
     loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let left = Duration::from_nanos(deadline.saturating_sub(sluice_core::Clock::now(&clock)));
         if left.is_zero() {
             return false;
         }
