@@ -622,7 +622,7 @@ impl Engine {
             RuleKind::Exact(exact) => {
                 let key = with_key(values(), str::to_owned);
                 let (d, reason, error) = exact
-                    .check(&*self.store, &key, store_key(), now, cost)
+                    .check(&*self.store, &key, store_key(), now, cost, self.max_keys)
                     .await;
                 if let Some(e) = error {
                     counter!("sluice_store_errors_total", "kind" => store_error_kind(&e))

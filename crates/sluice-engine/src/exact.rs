@@ -65,6 +65,7 @@ impl ExactRule {
         store_key: Arc<str>,
         now: Nanos,
         cost: u64,
+        max_keys: usize,
     ) -> (Decision, Option<Reason>, Option<StoreError>) {
         {
             let guard = self.over_limit.guard();
@@ -94,9 +95,12 @@ impl ExactRule {
             Ok(Decision::Denied(d)) => {
                 let until =
                     now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
-                self.over_limit
-                    .pin()
-                    .insert(key.to_owned(), AtomicU64::new(until));
+                // The cache only saves store calls: at the key cap it stops growing.
+                if self.over_limit.len() < max_keys {
+                    self.over_limit
+                        .pin()
+                        .insert(key.to_owned(), AtomicU64::new(until));
+                }
                 (Decision::Denied(d), Some(Reason::Exact), None)
             }
             Ok(d) => (d, None, None),
@@ -111,6 +115,14 @@ impl ExactRule {
                         retry_after: Duration::from_secs(1),
                         reset_after: Duration::from_secs(1),
                     }),
+                    // At the key cap, a key the fallback does not know is denied: a key spray
+                    // during an outage cannot grow memory.
+                    _ if self.fallback.len() >= max_keys && !self.fallback.contains(key) => {
+                        Decision::Denied(sluice_core::Denied {
+                            retry_after: Duration::from_secs(1),
+                            reset_after: Duration::from_secs(1),
+                        })
+                    }
                     _ => self.fallback.check_at(key, now, cost),
                 };
                 let reason = (!decision.is_allowed()).then_some(match self.on_store_error {

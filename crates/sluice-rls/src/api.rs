@@ -15,8 +15,12 @@ use crate::error::RequestError;
 use crate::json::parse_json;
 use crate::{RlsOptions, SharedEngine};
 
-/// Distinct ad-hoc limits (shapes) kept at once: each has its own keyed limiter.
-const MAX_ADHOC_SHAPES: usize = 10_000;
+/// Distinct ad-hoc limits (shapes) kept at once, each with its own keyed limiter; beyond it
+/// the least recently used shape is dropped (its keys start over, as after a restart).
+const MAX_ADHOC_SHAPES: usize = 1_000;
+/// Keys of one ad-hoc shape kept at once; past it, idle keys are swept, and while the shape
+/// is still full a new key is denied (an attacker spraying ids cannot grow memory).
+const MAX_ADHOC_KEYS: usize = 100_000;
 const MAX_AMOUNT: u64 = sluice_core::MAX_COST;
 const MAX_BATCH: usize = 1000;
 
@@ -103,7 +107,14 @@ pub(crate) struct ApiState {
     pub engine: SharedEngine,
     pub options: RlsOptions,
     clock: CoarseClock,
-    adhoc: Mutex<HashMap<Shape, Arc<AdhocLimiter>>>,
+    adhoc: Mutex<AdhocShapes>,
+}
+
+/// The ad-hoc limiters by shape, each with the tick of its last use (for LRU eviction).
+#[derive(Default)]
+struct AdhocShapes {
+    by_shape: HashMap<Shape, (Arc<AdhocLimiter>, u64)>,
+    tick: u64,
 }
 
 impl ApiState {
@@ -112,7 +123,7 @@ impl ApiState {
             engine,
             options,
             clock: CoarseClock::new(),
-            adhoc: Mutex::new(HashMap::new()),
+            adhoc: Mutex::new(AdhocShapes::default()),
         }
     }
 
@@ -139,20 +150,28 @@ impl ApiState {
             return Err(RequestError::invalid("limit.burst must be at least 1"));
         }
         let shape = (rate.limit(), rate.window_ns(), burst);
-        let mut map = self.adhoc.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = map.get(&shape) {
+        let mut shapes = self.adhoc.lock().unwrap_or_else(|p| p.into_inner());
+        shapes.tick += 1;
+        let tick = shapes.tick;
+        if let Some((l, used)) = shapes.by_shape.get_mut(&shape) {
+            *used = tick;
             return Ok(l.clone());
         }
-        if map.len() >= MAX_ADHOC_SHAPES {
-            return Err(RequestError::invalid(format!(
-                "more than {MAX_ADHOC_SHAPES} distinct ad-hoc limits; define the limit in a rule file instead"
-            )));
+        if shapes.by_shape.len() >= MAX_ADHOC_SHAPES
+            && let Some(oldest) = shapes
+                .by_shape
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(s, _)| *s)
+        {
+            shapes.by_shape.remove(&oldest);
+            metrics::counter!("sluice_adhoc_shapes_evicted_total").increment(1);
         }
         let limiter = Arc::new(KeyedLimiter::with_clock(
             Gcra::with_burst(rate, burst),
             self.clock.clone(),
         ));
-        map.insert(shape, limiter.clone());
+        shapes.by_shape.insert(shape, (limiter.clone(), tick));
         Ok(limiter)
     }
 
@@ -183,6 +202,19 @@ impl ApiState {
         if let Some(limit) = &request.limit {
             let limiter = self.adhoc(limit)?;
             let key = adhoc_key(&request.user, &request.item);
+            if limiter.len() >= MAX_ADHOC_KEYS && !limiter.contains(key.as_str()) {
+                let now = sluice_core::Clock::now(limiter.clock());
+                limiter.evict_idle(now);
+                if limiter.len() >= MAX_ADHOC_KEYS {
+                    metrics::counter!("sluice_adhoc_keys_refused_total").increment(1);
+                    return Ok(AcquireResponse {
+                        allowed: false,
+                        remaining: Some(0),
+                        retry_after_ms: Some(1000),
+                        reset_after_ms: 1000,
+                    });
+                }
+            }
             return Ok(from_decision(limiter.check(key.as_str(), amount)));
         }
         let engine = self.engine.load_full();
@@ -312,4 +344,49 @@ pub(crate) async fn refill(
     Ok(Json(
         serde_json::json!({ "refilled": refilled > 0, "rules": refilled }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> ApiState {
+        let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::ManualClock::new(0));
+        let engine = sluice_engine::Engine::new(
+            &sluice_config::RuleSet::new(Vec::new()).unwrap(),
+            &Default::default(),
+            Arc::new(sluice_store::MemoryStore::new(clock.clone())),
+            clock,
+            Default::default(),
+        );
+        ApiState::new(
+            Arc::new(arc_swap::ArcSwap::from_pointee(engine)),
+            RlsOptions::default(),
+        )
+    }
+
+    fn limit(requests: u64) -> AdhocLimit {
+        AdhocLimit {
+            requests,
+            window: WindowSpec::Seconds(60),
+            burst: None,
+            algorithm: None,
+        }
+    }
+
+    #[test]
+    fn a_spray_of_shapes_keeps_the_newest_and_never_refuses() {
+        let api = state();
+        let first = api.adhoc(&limit(1)).unwrap();
+        for n in 2..=(MAX_ADHOC_SHAPES as u64 * 3) {
+            api.adhoc(&limit(n)).unwrap();
+            // The first shape is in use all along: LRU keeps it.
+            if n % 100 == 0 {
+                assert!(Arc::ptr_eq(&first, &api.adhoc(&limit(1)).unwrap()));
+            }
+        }
+        let shapes = api.adhoc.lock().unwrap();
+        assert_eq!(shapes.by_shape.len(), MAX_ADHOC_SHAPES);
+        assert!(shapes.by_shape.contains_key(&(1, 60_000_000_000, 1)));
+    }
 }
