@@ -57,28 +57,32 @@ fn routes(routes_yaml: &str) -> Vec<Route> {
         .clone()
 }
 
+/// An engine over `RULES` with a manual clock and the memory store.
+fn engine() -> Arc<ArcSwap<Engine>> {
+    let domain = sluice_config::parse_domain(Path::new("edge.yaml"), RULES).unwrap();
+    let rules = sluice_config::RuleSet::new(vec![domain]).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_800_000_000_000_000_000));
+    let engine = Engine::new(
+        &rules,
+        &Default::default(),
+        Arc::new(MemoryStore::new(clock.clone())),
+        clock,
+        EngineOptions {
+            shared_store: false,
+            ..Default::default()
+        },
+    );
+    Arc::new(ArcSwap::from_pointee(engine))
+}
+
 struct Harness {
     svc: tower::util::BoxCloneService<Request<String>, Reply, Infallible>,
 }
 
 impl Harness {
     fn new(routes_yaml: &str, headers: HeaderStyle, trusted_hops: usize) -> Self {
-        let domain = sluice_config::parse_domain(Path::new("edge.yaml"), RULES).unwrap();
-        let rules = sluice_config::RuleSet::new(vec![domain]).unwrap();
-        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_800_000_000_000_000_000));
-        let store = Arc::new(MemoryStore::new(clock.clone()));
-        let engine = Engine::new(
-            &rules,
-            &Default::default(),
-            store,
-            clock,
-            EngineOptions {
-                shared_store: false,
-                ..Default::default()
-            },
-        );
         let layer = RateLimitLayer::new(
-            Arc::new(ArcSwap::from_pointee(engine)),
+            engine(),
             LimitPolicy {
                 domain: "edge".into(),
                 routes: routes(routes_yaml),
@@ -308,21 +312,8 @@ async fn other_spellings_of_a_path_header_or_query_share_one_limit() {
 
 #[tokio::test]
 async fn the_inner_service_sees_the_normalized_path() {
-    let domain = sluice_config::parse_domain(Path::new("edge.yaml"), RULES).unwrap();
-    let rules = sluice_config::RuleSet::new(vec![domain]).unwrap();
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_800_000_000_000_000_000));
-    let engine = Engine::new(
-        &rules,
-        &Default::default(),
-        Arc::new(MemoryStore::new(clock.clone())),
-        clock,
-        EngineOptions {
-            shared_store: false,
-            ..Default::default()
-        },
-    );
     let layer = RateLimitLayer::new(
-        Arc::new(ArcSwap::from_pointee(engine)),
+        engine(),
         LimitPolicy {
             domain: "edge".into(),
             routes: routes(
