@@ -181,3 +181,44 @@ async fn a_huge_cost_is_never_an_admission_and_never_wraps_a_count() {
         assert_eq!(admitted, 4, "{mode}: the tracked key keeps its exact count");
     }
 }
+
+/// Exact mode at its key cap: with the store down and `on_store_error: local`, a spray of new
+/// keys is denied instead of growing the fallback limiter; keys it already tracks go on.
+#[tokio::test]
+async fn exact_mode_stops_growing_at_the_key_cap_during_an_outage() {
+    let rules = rules(
+        "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 5, mode: exact, on_store_error: local }\n",
+    );
+    let clock = ManualClock::new(T0);
+    let clock: Arc<dyn Clock> = Arc::new(clock);
+    let store = Arc::new(MemoryStore::new(clock.clone()));
+    let engine = Engine::new(
+        &rules,
+        &Default::default(),
+        store.clone(),
+        clock,
+        EngineOptions {
+            max_keys_per_rule: 10,
+            ..EngineOptions::default()
+        },
+    );
+    store.set_available(false);
+    let mut allowed = 0;
+    for i in 0..1000u32 {
+        let ip = format!("10.0.{}.{}", i / 256, i % 256);
+        if engine
+            .check("d", &[[("ip", ip.as_str())]], 1)
+            .await
+            .unwrap()
+            .allowed
+        {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 10, "only the first 10 keys fit under the cap");
+    let known = [[("ip", "10.0.0.0")]];
+    assert!(
+        engine.check("d", &known, 1).await.unwrap().allowed,
+        "a tracked key goes on"
+    );
+}
