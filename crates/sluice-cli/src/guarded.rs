@@ -73,6 +73,24 @@ impl<T> Guarded<T> {
         self.last_activity = Instant::now();
     }
 
+    /// A write that moved bytes is activity; one that waits is subject to the idle deadline
+    /// (a client that stops reading its responses).
+    fn after_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match poll {
+            Poll::Ready(result) => {
+                if matches!(result, Ok(n) if n > 0) {
+                    self.touch();
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => self.poll_idle(cx).map(Err),
+        }
+    }
+
     /// Ready with an error once the connection has been idle too long. The timer is re-armed
     /// lazily (only when it fires), so traffic costs one clock read per read or write.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
@@ -119,15 +137,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write(cx, buf) {
-            Poll::Ready(result) => {
-                if matches!(result, Ok(n) if n > 0) {
-                    this.touch();
-                }
-                Poll::Ready(result)
-            }
-            Poll::Pending => this.poll_idle(cx).map(Err),
-        }
+        let poll = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.after_write(cx, poll)
     }
 
     fn poll_write_vectored(
@@ -136,15 +147,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
-            Poll::Ready(result) => {
-                if matches!(result, Ok(n) if n > 0) {
-                    this.touch();
-                }
-                Poll::Ready(result)
-            }
-            Poll::Pending => this.poll_idle(cx).map(Err),
-        }
+        let poll = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.after_write(cx, poll)
     }
 
     fn is_write_vectored(&self) -> bool {
