@@ -46,7 +46,7 @@ fn gateway_yaml(port: u16, upstream: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_gateways_one_redis_and_a_redis_outage() {
-    let mut redis = RedisServer::start_persistent();
+    let mut redis = RedisServer::start();
     let (up, upstream_hits) = upstream();
     let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 2s, requests_per_unit: 30, spans: 4 }\n";
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
@@ -122,10 +122,19 @@ async fn three_gateways_one_redis_and_a_redis_outage() {
     // until a second reply settles whether the key is shared (the first gateway to flush at a
     // span boundary sees only itself; it used to treat the others as one group a span out of
     // date and admitted up to 37 of 30 here, docs/SYNCED.md).
+    let logs = || {
+        gateways
+            .iter()
+            .enumerate()
+            .map(|(i, g)| format!("gw{i}:\n{}", g.log_tail()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     for (w, count) in admitted.iter().enumerate().take(3) {
         assert!(
             *count <= 36 && *count >= 24,
-            "window {w} with Redis up: {count} admitted of 30"
+            "window {w} with Redis up: {count} admitted of 30; the gateways logged:\n{}",
+            logs()
         );
     }
     // With Redis down, the local fallback still limits (the seed's MAX/N per span per node).

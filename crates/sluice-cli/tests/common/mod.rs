@@ -25,7 +25,12 @@ fn spawn(dir: &Path) -> Child {
         .stderr(if std::env::var("SLUICE_TEST_LOG").is_ok() {
             Stdio::inherit()
         } else {
-            Stdio::null()
+            // Kept (appended across restarts) so a failing test can show what the server said.
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("serve.log"))
+                .map_or_else(|_| Stdio::null(), Stdio::from)
         })
         .spawn()
         .expect("start sluice serve")
@@ -105,6 +110,14 @@ impl Serve {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The last lines the server logged (warnings and errors unless `SLUICE_TEST_LOG` is set),
+    /// for a failing assertion's message.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
     pub fn rules_dir(&self) -> PathBuf {
