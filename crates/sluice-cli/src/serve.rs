@@ -308,6 +308,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         EngineOptions {
             shared_store: !store_is_memory,
             expected_instances: config.expected_instances,
+            max_keys_per_rule: config.max_keys_per_rule,
             ..EngineOptions::default()
         },
     );

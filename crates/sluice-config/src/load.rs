@@ -94,6 +94,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             headers: HeaderStyle::Ietf,
             gateways: Vec::new(),
             expected_instances: 1,
+            max_keys_per_rule: crate::service::DEFAULT_MAX_KEYS_PER_RULE,
             store_ca_file: None,
             listeners: Default::default(),
             access: Default::default(),

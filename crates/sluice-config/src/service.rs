@@ -281,6 +281,10 @@ pub struct ServiceConfig {
     /// the seed's MAX/N fallback, the share a newly started instance keeps to before it has
     /// heard from the store, and the split of `exact` mode's `on_store_error: local`.
     pub expected_instances: u64,
+    /// The most keys (distinct descriptor values) a rule tracks on one instance
+    /// (`max_keys_per_rule`, default 1,000,000); keys beyond it share the rule's fixed-size
+    /// sketch. With keys of at most 128 bytes this bounds a rule's memory.
+    pub max_keys_per_rule: usize,
     /// PEM root certificate(s) to trust for a `rediss://` store instead of the built-in web
     /// roots (`store_ca_file`, resolved against the config file's directory).
     pub store_ca_file: Option<PathBuf>,
@@ -291,6 +295,9 @@ pub struct ServiceConfig {
 }
 
 const MAX_COST: i64 = sluice_core::MAX_COST as i64;
+
+/// `max_keys_per_rule` when the file does not set it.
+pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
 
 fn parse_addr(field: &str, value: &Spanned<String>) -> Result<SocketAddr, Located> {
     value.value.parse().map_err(|_| {
@@ -930,6 +937,19 @@ impl ServiceConfig {
                 )));
             }
         };
+        let max_keys_per_rule = match &raw.max_keys_per_rule {
+            None => DEFAULT_MAX_KEYS_PER_RULE,
+            Some(n) if (1..=100_000_000).contains(&n.value) => n.value as usize,
+            Some(n) => {
+                return Err(err(Located::at(
+                    n,
+                    format!(
+                        "max_keys_per_rule must be between 1 and 100000000, found {}; each tracked key takes about 200 bytes (docs/RELIABILITY.md)",
+                        n.value
+                    ),
+                )));
+            }
+        };
         Ok(ServiceConfig {
             file: file.to_path_buf(),
             store,
@@ -941,6 +961,7 @@ impl ServiceConfig {
             headers,
             gateways,
             expected_instances,
+            max_keys_per_rule,
             store_ca_file: raw.store_ca_file.as_ref().map(|f| base.join(&f.value)),
             listeners: crate::protection::parse_listeners(&raw.listeners).map_err(err)?,
             access: crate::protection::parse_access(&raw.access, base).map_err(err)?,

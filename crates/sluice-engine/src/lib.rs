@@ -32,5 +32,6 @@ mod sketch;
 mod synced;
 mod verdict;
 
+pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
 pub use engine::{Engine, EngineError, EngineOptions, FlushReport};
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

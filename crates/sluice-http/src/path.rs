@@ -4,22 +4,31 @@
 
 use std::borrow::Cow;
 
-/// A path that cannot be normalized: a `%` not followed by two hex digits. The request is
-/// answered 400 (Envoy does the same), never passed on unlimited.
+/// A path that cannot be normalized. The request is answered 400 (Envoy does the same), never
+/// passed on unlimited: no route could match it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the request path has a malformed percent-escape at byte {at}")]
-pub struct InvalidPath {
-    /// Byte offset of the `%`.
-    pub at: usize,
+pub enum InvalidPath {
+    /// A `%` not followed by two hex digits.
+    #[error("the request path has a malformed percent-escape at byte {at}")]
+    MalformedEscape {
+        /// Byte offset of the `%`.
+        at: usize,
+    },
+    /// Not an origin-form path (`/...`): `*` (`OPTIONS *`) or an authority (`CONNECT`).
+    #[error("the request target is not a path starting with `/`")]
+    NotOriginForm,
 }
 
 /// Normalizes an origin-form path (RFC 3986 section 6.2.2): percent-escapes of unreserved
 /// characters (`A-Z a-z 0-9 - . _ ~`) are decoded and the others' hex digits upper-cased,
 /// runs of `/` become one, and `.` and `..` segments are resolved (never above the root).
-/// Reserved escapes such as `%2F` stay as they are: they are data, not separators. A path
-/// that does not start with `/` (`*`) is returned as it is.
+/// Reserved escapes such as `%2F` stay as they are: they are data, not separators. A target
+/// that does not start with `/` (`*`, an authority) is [`InvalidPath::NotOriginForm`].
 pub fn normalize_path(path: &str) -> Result<Cow<'_, str>, InvalidPath> {
-    if !path.starts_with('/') || is_normal(path) {
+    if !path.starts_with('/') {
+        return Err(InvalidPath::NotOriginForm);
+    }
+    if is_normal(path) {
         return Ok(Cow::Borrowed(path));
     }
     let decoded = decode_unreserved(path)?;
@@ -70,7 +79,7 @@ fn decode_unreserved(path: &str) -> Result<String, InvalidPath> {
         let hex = bytes
             .get(i + 1..i + 3)
             .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-            .ok_or(InvalidPath { at: i })?;
+            .ok_or(InvalidPath::MalformedEscape { at: i })?;
         let value = (hex_digit(hex[0]) << 4) | hex_digit(hex[1]);
         if value.is_ascii_alphanumeric() || matches!(value, b'-' | b'.' | b'_' | b'~') {
             out.push(char::from(value));
@@ -127,7 +136,8 @@ mod tests {
         assert_eq!(norm("/a/b/.."), "/a/");
         assert_eq!(norm("/a/."), "/a/");
         assert_eq!(norm("/.."), "/");
-        assert_eq!(norm("*"), "*");
+        assert_eq!(normalize_path("*"), Err(InvalidPath::NotOriginForm));
+        assert_eq!(normalize_path(""), Err(InvalidPath::NotOriginForm));
         assert!(matches!(
             normalize_path("/plain/path"),
             Ok(Cow::Borrowed(_))
@@ -143,8 +153,17 @@ mod tests {
 
     #[test]
     fn broken_escapes_are_errors() {
-        assert_eq!(normalize_path("/a%zz"), Err(InvalidPath { at: 2 }));
-        assert_eq!(normalize_path("/a%2"), Err(InvalidPath { at: 2 }));
-        assert_eq!(normalize_path("/%"), Err(InvalidPath { at: 1 }));
+        assert_eq!(
+            normalize_path("/a%zz"),
+            Err(InvalidPath::MalformedEscape { at: 2 })
+        );
+        assert_eq!(
+            normalize_path("/a%2"),
+            Err(InvalidPath::MalformedEscape { at: 2 })
+        );
+        assert_eq!(
+            normalize_path("/%"),
+            Err(InvalidPath::MalformedEscape { at: 1 })
+        );
     }
 }

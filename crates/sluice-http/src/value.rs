@@ -40,13 +40,8 @@ pub fn query_value(raw: &str) -> Cow<'_, str> {
 }
 
 fn hashed(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    let mut out = String::with_capacity(7 + 32);
-    out.push_str("sha256:");
-    for b in &digest.as_ref()[..16] {
-        let _ = write!(out, "{b:02x}");
-    }
+    let mut out = String::with_capacity(39);
+    sluice_engine::write_digest(&mut out, bytes);
     out
 }
 

@@ -285,6 +285,15 @@ async fn other_spellings_of_a_path_header_or_query_share_one_limit() {
     assert_eq!(got, [200, 200, 200, 200, 200, 200, 429]);
     // A malformed escape is refused, not passed on unlimited.
     assert_eq!(h.statuses(1, "/log%zzin", &[], PEER).await, [400]);
+    // So are targets no route can match (`OPTIONS *`, `CONNECT host:port`): found by fuzzing
+    // (fuzz/fuzz_targets/gateway_request.rs), they used to reach the upstream unlimited.
+    assert_eq!(h.send("OPTIONS", "*", &[], PEER).await.status(), 400);
+    assert_eq!(
+        h.send("CONNECT", "login.example:443", &[], PEER)
+            .await
+            .status(),
+        400
+    );
     // `api_key` allows 2: `%6B1` and `k+1`-style spellings are the same value upstream.
     assert_eq!(h.statuses(1, "/q?key=k1", &[], PEER).await, [200], "plain");
     assert_eq!(h.statuses(1, "/q?key=%6B1", &[], PEER).await, [200]);

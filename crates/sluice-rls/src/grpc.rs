@@ -25,15 +25,22 @@ pub struct RateLimitGrpc {
     options: Arc<RlsOptions>,
 }
 
+impl RateLimitGrpc {
+    /// The service's handler, for calling `should_rate_limit` without a transport.
+    pub fn new(engine: SharedEngine, options: RlsOptions) -> Self {
+        Self {
+            engine,
+            options: Arc::new(options),
+        }
+    }
+}
+
 /// The gRPC service, ready for `tonic::transport::Server::add_service`.
 pub fn grpc_service(
     engine: SharedEngine,
     options: RlsOptions,
 ) -> RateLimitServiceServer<RateLimitGrpc> {
-    RateLimitServiceServer::new(RateLimitGrpc {
-        engine,
-        options: Arc::new(options),
-    })
+    RateLimitServiceServer::new(RateLimitGrpc::new(engine, options))
 }
 
 #[tonic::async_trait]

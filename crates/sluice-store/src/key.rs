@@ -26,7 +26,9 @@ impl CounterKey {
     }
 
     /// The key of `rule_id` for values already encoded as `<len>:<value>...` (the engine's
-    /// in-memory key), so the engine need not keep a store key per tracked key.
+    /// in-memory key), so the engine need not keep a store key per tracked key. The engine
+    /// replaces an encoding longer than 128 bytes by `sha256:` and a digest, which starts with
+    /// a letter and so can never be another descriptor's encoding.
     pub fn from_encoded(rule_id: &str, encoded_values: &str) -> Self {
         let mut key =
             String::with_capacity(KEY_PREFIX.len() + 24 + rule_id.len() + encoded_values.len());

@@ -27,6 +27,8 @@
 
 mod error;
 mod exact;
+#[doc(hidden)]
+pub mod fuzzing;
 mod key;
 mod memory;
 mod redis;

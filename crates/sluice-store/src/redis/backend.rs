@@ -1,6 +1,5 @@
 //! Connections to the three kinds of deployment.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,6 +11,7 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 use redis::{Cmd, ConnectionAddr, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
+use super::slots::{SlotMap, group_by_node, parse_slots};
 use super::{
     NodeNames, RedisStoreOptions, RedisTarget, flush_pipeline, map_error, parse_time, read_item,
 };
@@ -353,9 +353,6 @@ impl SentinelBackend {
     }
 }
 
-/// (first slot, last slot, host, port) of each master.
-type SlotMap = Vec<(u16, u16, String, u16)>;
-
 /// Cluster: one pipeline per master node per flush, every batch inside it single-slot (the
 /// keys of one rule and descriptor share a hash tag).
 pub(super) struct ClusterBackend {
@@ -363,28 +360,6 @@ pub(super) struct ClusterBackend {
     conn: OnceCell<ClusterConnection>,
     /// (first slot, last slot, host, port) of each master, refreshed after errors.
     slots: Mutex<Option<Arc<SlotMap>>>,
-}
-
-/// The cluster slot of a key: CRC16 (XMODEM) of its hash tag, mod 16384, as the Redis Cluster
-/// specification defines it. redis-rs computes this too but does not export it.
-pub(super) fn slot_of(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
-        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
-    });
-    let mut crc: u16 = 0;
-    for &b in tagged.unwrap_or(bytes) {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc & 0x3fff
 }
 
 impl ClusterBackend {
@@ -448,33 +423,7 @@ impl ClusterBackend {
             .query_async(conn)
             .await
             .map_err(|e| map_error(&e))?;
-        let bad = || StoreError::BadReply {
-            key: "CLUSTER SLOTS".into(),
-            detail: format!("{reply:?}"),
-        };
-        let Value::Array(ranges) = &reply else {
-            return Err(bad());
-        };
-        let mut map = Vec::new();
-        for range in ranges {
-            let Value::Array(parts) = range else {
-                return Err(bad());
-            };
-            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
-                (parts.first(), parts.get(1), parts.get(2))
-            else {
-                return Err(bad());
-            };
-            let host = match master.first() {
-                Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
-                _ => return Err(bad()),
-            };
-            let Some(Value::Int(port)) = master.get(1) else {
-                return Err(bad());
-            };
-            map.push((*start as u16, *end as u16, host, *port as u16));
-        }
-        let map = Arc::new(map);
+        let map = Arc::new(parse_slots(&reply)?);
         *self.slots.lock().unwrap_or_else(|p| p.into_inner()) = Some(map.clone());
         Ok(map)
     }
@@ -605,37 +554,5 @@ impl ClusterBackend {
             Some(e) if unserved.is_empty() && landed.iter().all(Option::is_none) => Err(e),
             _ => Ok(landed),
         }
-    }
-}
-
-/// Item indexes per master (host, port), in the items' order.
-type NodeGroups = BTreeMap<(String, u16), Vec<usize>>;
-
-/// The items' indexes per master, and the items whose slot no master serves, with the slot.
-fn group_by_node(map: &SlotMap, items: &[FlushItem]) -> (NodeGroups, Vec<(usize, u16)>) {
-    let mut by_node = NodeGroups::new();
-    let mut unserved = Vec::new();
-    for (i, item) in items.iter().enumerate() {
-        let slot = slot_of(&item.key);
-        match map.iter().find(|(a, b, _, _)| (*a..=*b).contains(&slot)) {
-            Some((_, _, host, port)) => by_node.entry((host.clone(), *port)).or_default().push(i),
-            None => unserved.push((i, slot)),
-        }
-    }
-    (by_node, unserved)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn slots_match_the_cluster_specification() {
-        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(super::slot_of("123456789"), 0x31c3 & 0x3fff);
-        assert_eq!(super::slot_of("foo"), 12182);
-        assert_eq!(
-            super::slot_of("{user1000}.following"),
-            super::slot_of("user1000")
-        );
-        assert_eq!(super::slot_of("foo{}{bar}"), super::slot_of("foo{}{bar}"));
     }
 }

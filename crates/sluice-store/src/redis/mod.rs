@@ -3,6 +3,7 @@
 
 mod backend;
 mod scripts;
+pub(crate) mod slots;
 
 use backend::{Backend, ClusterBackend, Conn, SentinelBackend};
 
@@ -322,7 +323,7 @@ pub(crate) fn parse_time(v: &Value) -> Option<Nanos> {
         .checked_add(micros.checked_mul(1000)?)
 }
 
-fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, StoreError> {
+pub(crate) fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, StoreError> {
     let bad = |detail: String| StoreError::BadReply {
         key: key.to_owned(),
         detail,

@@ -1,0 +1,34 @@
+//! Envoy RLS `ShouldRateLimit` requests as they arrive on the wire (protobuf bytes) into the
+//! engine: a decision with one status per descriptor, or `INVALID_ARGUMENT`, `NOT_FOUND` or
+//! `FAILED_PRECONDITION` with a message; never another error, never a panic.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(request) = RateLimitRequest::decode(data) else {
+        return;
+    };
+    static SERVICE: OnceLock<sluice_rls::RateLimitGrpc> = OnceLock::new();
+    let service = SERVICE.get_or_init(|| {
+        sluice_rls::RateLimitGrpc::new(sluice_fuzz::shared_engine(), Default::default())
+    });
+    let descriptors = request.descriptors.len();
+    let runtime = sluice_fuzz::runtime();
+    match runtime.block_on(service.should_rate_limit(tonic::Request::new(request))) {
+        Ok(response) => assert_eq!(response.get_ref().statuses.len(), descriptors),
+        // Malformed, unknown domain, or an operation the rule does not support.
+        Err(status) => assert!(
+            matches!(
+                status.code(),
+                tonic::Code::InvalidArgument | tonic::Code::NotFound | tonic::Code::FailedPrecondition
+            ),
+            "{status:?}"
+        ),
+    }
+});
