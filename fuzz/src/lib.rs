@@ -43,13 +43,13 @@ descriptors:
     rate_limit: { unit: second, requests_per_unit: 4, algorithm: leaky_queue, max_delay: 1s }
 "#;
 
-/// The API domain of `/v1/acquire` (items `reports` and `export`).
+/// The API domain of `/v1/acquire` (its descriptor is `[item, user]`).
 pub const API_RULES: &str = r#"
 domain: api
 descriptors:
-  - key: user
+  - key: item
     descriptors:
-      - key: item
+      - key: user
         rate_limit: { unit: minute, requests_per_unit: 10, algorithm: sliding_window }
 "#;
 
