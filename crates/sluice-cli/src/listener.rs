@@ -4,6 +4,7 @@
 //! once (503) rather than queueing, and a body limit.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::error_handling::HandleErrorLayer;
@@ -16,9 +17,11 @@ use hyper_util::server::conn::auto;
 use sluice_config::ListenerLimits;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::guarded::{ConnectionCap, Guarded};
+use crate::tls::{Conn, handshake};
 
 /// The router behind the request-level defences: at most `max_requests_in_flight` at once
 /// (503 beyond, at once), `request_timeout` per request (408), `max_body_bytes` for bodies
@@ -113,16 +116,17 @@ async fn next_connection(
     }
 }
 
-/// Serves `router` on `listener` until `stop` turns true, then lets the requests in flight
-/// finish (for at most the request timeout).
+/// Serves `router` on `listener` (over TLS when `tls` is set) until `stop` turns true, then
+/// lets the requests in flight finish (for at most the request timeout).
 pub(crate) async fn serve_http(
     listener: TcpListener,
     router: axum::Router,
     limits: ListenerLimits,
     cap: ConnectionCap,
+    tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let builder = connection_builder(&limits);
+    let builder = Arc::new(connection_builder(&limits));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let (io, peer) = tokio::select! {
@@ -135,27 +139,51 @@ pub(crate) async fn serve_http(
                 req.extensions_mut().insert(ConnectInfo(peer));
                 router.clone().oneshot(req)
             });
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(io), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let (builder, tls, watcher) = (builder.clone(), tls.clone(), graceful.watcher());
+        let (handshake_timeout, listener_name) = (limits.header_read_timeout, cap.listener());
         tokio::spawn(async move {
-            let _ = connection.await;
+            let Some(io) = handshake(tls.as_ref(), io, handshake_timeout, listener_name).await
+            else {
+                return;
+            };
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
+                .into_owned();
+            let _ = watcher.watch(connection).await;
         });
     }
     drop(listener);
     let _ = tokio::time::timeout(limits.request_timeout, graceful.shutdown()).await;
 }
 
-/// The gRPC listener's connections, under the same cap and idle timeout.
+/// The gRPC listener's connections, under the same cap and idle timeout, over TLS when `tls`
+/// is set (each handshake in its own task, within `handshake_timeout`). The listener closes
+/// when the server drops the stream.
 pub(crate) fn guarded_incoming(
     listener: TcpListener,
     cap: ConnectionCap,
     idle: Duration,
-) -> impl Stream<Item = std::io::Result<Guarded<TcpStream>>> {
-    futures_util::stream::unfold((listener, cap), move |(listener, cap)| async move {
-        let (io, _) = next_connection(&listener, &cap, idle).await;
-        Some((Ok(io), (listener, cap)))
+    tls: Option<TlsAcceptor>,
+    handshake_timeout: Duration,
+) -> impl Stream<Item = std::io::Result<Conn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Conn>>(64);
+    tokio::spawn(async move {
+        loop {
+            let (io, _) = tokio::select! {
+                _ = tx.closed() => break,
+                next = next_connection(&listener, &cap, idle) => next,
+            };
+            let (tx, tls) = (tx.clone(), tls.clone());
+            tokio::spawn(async move {
+                if let Some(conn) = handshake(tls.as_ref(), io, handshake_timeout, "grpc").await {
+                    let _ = tx.send(Ok(conn)).await;
+                }
+            });
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        let conn = rx.recv().await?;
+        Some((conn, rx))
     })
 }
 

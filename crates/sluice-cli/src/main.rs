@@ -10,6 +10,7 @@ mod check;
 mod guarded;
 mod listener;
 mod serve;
+mod tls;
 
 /// Sluice: a distributed rate limiter.
 #[derive(Debug, Parser)]

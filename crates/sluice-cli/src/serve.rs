@@ -271,6 +271,7 @@ fn spawn_gateway_worker(
     router: axum::Router,
     limits: ListenerLimits,
     cap: ConnectionCap,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
     std::thread::Builder::new()
@@ -283,7 +284,7 @@ fn spawn_gateway_worker(
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)
                     .context("cannot register the gateway listener")?;
-                serve_http(listener, router, limits, cap, stop).await;
+                serve_http(listener, router, limits, cap, tls, stop).await;
                 Ok(())
             })
         })
@@ -338,6 +339,18 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         .as_deref()
         .map(|f| Token::read(f, "access.api_token_file"))
         .transpose()?;
+    let http_tls = config
+        .access
+        .tls
+        .as_ref()
+        .map(|files| crate::tls::acceptor(files, crate::tls::HTTP_ALPN))
+        .transpose()?;
+    let grpc_tls = config
+        .access
+        .tls
+        .as_ref()
+        .map(|files| crate::tls::acceptor(files, crate::tls::GRPC_ALPN))
+        .transpose()?;
     let limits = config.listeners.clone();
     let max_connections = connection_budget(&limits, 2 + config.gateways.len());
 
@@ -371,6 +384,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         ),
         limits.clone(),
         ConnectionCap::new("http", max_connections),
+        http_tls.clone(),
         stop_rx.clone(),
     );
     let admin = serve_http(
@@ -378,6 +392,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         protect(admin_router(service.clone(), admin_token), &limits),
         limits.clone(),
         ConnectionCap::new("admin", limits.admin_max_connections),
+        http_tls.clone(),
         stop_rx.clone(),
     );
     let grpc = {
@@ -392,6 +407,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             grpc_listener,
             ConnectionCap::new("grpc", max_connections),
             limits.idle_timeout,
+            grpc_tls,
+            limits.header_read_timeout,
         );
         let service = sluice_rls::grpc_service(engine.clone(), rls_options);
         let serving: std::pin::Pin<
@@ -499,6 +516,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
                 router,
                 gateway_limits.clone(),
                 cap.clone(),
+                http_tls.clone(),
                 stop_rx.clone(),
             )?;
             gateways.spawn_blocking(move || {

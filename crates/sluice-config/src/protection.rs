@@ -66,6 +66,17 @@ pub struct Access {
     pub admin_token_file: Option<PathBuf>,
     /// Token for the HTTP API (`/v1/*`, `/json`) and the gRPC service (`api_token_file`).
     pub api_token_file: Option<PathBuf>,
+    /// TLS on every listener (`tls_cert_file` and `tls_key_file`); plain TCP when unset.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A certificate chain and its private key, PEM files, served by every listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// The private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 fn count(
@@ -170,18 +181,45 @@ pub(crate) fn parse_listeners(raw: &RawListeners) -> Result<ListenerLimits, Loca
 
 pub(crate) fn parse_access(raw: &RawAccess, base: &Path) -> Result<Access, Located> {
     let file = |field: &str, value: Option<&Spanned<String>>| -> Result<Option<PathBuf>, Located> {
+        let holds = if field.starts_with("tls") {
+            "a PEM file"
+        } else {
+            "a file that holds the token"
+        };
         match value {
             None => Ok(None),
             Some(v) if v.value.trim().is_empty() => Err(Located::at(
                 v,
-                format!("access.{field} is empty; write the path of a file that holds the token"),
+                format!("access.{field} is empty; write the path of {holds}"),
             )),
             Some(v) => Ok(Some(base.join(v.value.trim()))),
+        }
+    };
+    let cert = file("tls_cert_file", raw.tls_cert_file.as_ref())?;
+    let key = file("tls_key_file", raw.tls_key_file.as_ref())?;
+    let tls = match (cert, key) {
+        (Some(cert_file), Some(key_file)) => Some(TlsFiles {
+            cert_file,
+            key_file,
+        }),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(Located::at(
+                raw.tls_cert_file.as_ref().expect("set"),
+                "access.tls_cert_file is set without access.tls_key_file; set both (PEM files) or neither".to_owned(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Located::at(
+                raw.tls_key_file.as_ref().expect("set"),
+                "access.tls_key_file is set without access.tls_cert_file; set both (PEM files) or neither".to_owned(),
+            ));
         }
     };
     Ok(Access {
         admin_token_file: file("admin_token_file", raw.admin_token_file.as_ref())?,
         api_token_file: file("api_token_file", raw.api_token_file.as_ref())?,
+        tls,
     })
 }
 

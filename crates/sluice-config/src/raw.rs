@@ -98,6 +98,8 @@ pub(crate) struct RawListeners {
 pub(crate) struct RawAccess {
     pub admin_token_file: Option<Spanned<String>>,
     pub api_token_file: Option<Spanned<String>>,
+    pub tls_cert_file: Option<Spanned<String>>,
+    pub tls_key_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

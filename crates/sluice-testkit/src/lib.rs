@@ -275,7 +275,7 @@ impl Drop for RedisServer {
 /// A CA (`ca.pem`) and a certificate for 127.0.0.1 signed by it (`cert.pem`, `key.pem`) in
 /// `dir`, made by `openssl` (a self-signed server certificate is refused by webpki as a CA used
 /// as an end entity).
-fn make_certificates(dir: &std::path::Path) {
+pub fn make_certificates(dir: &std::path::Path) {
     std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n")
         .expect("write the certificate extensions");
     let openssl = |args: &[&str]| {

@@ -51,6 +51,14 @@ impl Serve {
 
     /// Like [`Serve::start`], with more `sluice.yaml` text appended (e.g. a `gateways:` section).
     pub fn start_with(name: &str, store: &str, rules: &[(&str, &str)], extra: &str) -> Self {
+        let serve = Self::spawn_with(name, store, rules, extra);
+        serve.wait_healthy();
+        serve
+    }
+
+    /// Like [`Serve::start_with`], without waiting for a plain-HTTP `/healthz` (for listeners
+    /// that speak TLS, say): the caller waits its own way.
+    pub fn spawn_with(name: &str, store: &str, rules: &[(&str, &str)], extra: &str) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "sluice-serve-{name}-{}-{}",
             std::process::id(),
@@ -74,15 +82,13 @@ impl Serve {
         )
         .unwrap();
         let child = spawn(&dir);
-        let serve = Self {
+        Self {
             child,
             dir,
             http,
             grpc,
             admin,
-        };
-        serve.wait_healthy();
-        serve
+        }
     }
 
     fn wait_healthy(&self) {
