@@ -8,7 +8,8 @@
 # Needs a release build of the server and the load tool:
 #   cargo build --release -p sluice-cli --bin sluice --example hostile_load
 # STORE=redis://127.0.0.1:PORT/ runs the rules in synced mode on that Redis (start your own);
-# PAD=N pads every sprayed value to N bytes (the gRPC and /json doors take at most 1,024).
+# PAD=N pads every sprayed value to N bytes (the gRPC and /json doors take at most 1,024);
+# SETTLE=S waits S seconds after each spray before reading memory (let a synced flush run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEYS=${KEYS:-10000000}
@@ -64,7 +65,7 @@ CONF
 
 kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
 start() {
-  RUST_LOG=error "$BIN" serve --config "$W/sluice.yaml" &
+  RUST_LOG=${RUST_LOG:-error} "$BIN" serve --config "$W/sluice.yaml" &
   PID=$!
   for _ in $(seq 100); do curl -sf 127.0.0.1:18412/readyz >/dev/null && return; sleep 0.1; done
   echo "sluice serve did not start" >&2; exit 1
@@ -76,6 +77,7 @@ for door in $DOORS; do
   start
   before=$(kib $PID VmRSS)
   "$LOAD" spray "$door" "$(addr "$door")" "$KEYS"
+  sleep "${SETTLE:-0}"
   after=$(kib $PID VmRSS); peak=$(kib $PID VmHWM)
   "$LOAD" probe "$door" "$(addr "$door")"
   echo "$door: RSS $((before / 1024)) MiB at start, $((after / 1024)) MiB after the spray, peak $((peak / 1024)) MiB"

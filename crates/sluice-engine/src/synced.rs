@@ -91,6 +91,24 @@ impl Other {
 /// The others of a key: the usual shared key has one (two instances), kept inline.
 type Others = SmallVec<[Other; 1]>;
 
+/// Whether `cost` more fits one instance's share of the limit when `parties` instances split
+/// it and none knows the others' counts (the store is unreachable, or a key's first span):
+/// at most MAX/(parties x spans) in this span, rounded up so that a limit smaller than
+/// `parties x spans` still admits one per span instead of nothing, and at most MAX/parties
+/// (rounded up) in the window, so the rounding never adds up to more than the share.
+fn fits_share(
+    p: &SyncedParams,
+    parties: u64,
+    span_count: u64,
+    window_count: u64,
+    cost: u64,
+) -> bool {
+    let parties = parties.max(1);
+    let per_span = p.limit.div_ceil(parties.saturating_mul(p.spans.max(1)));
+    let per_window = p.limit.div_ceil(parties);
+    span_count + cost <= per_span && window_count + cost <= per_window
+}
+
 fn sat32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
@@ -510,27 +528,19 @@ impl Core {
         // instances it expects. No block: the reply lifts it.
         let seen_entries = self.has(SEEN_ENTRIES);
         let cold = p.policy != Policy::Reactive && p.budgets && !seen_entries && store_ok;
+        let local = u64::from(self.local);
         if cold
             && p.expected_instances > 1
-            && (span_count + cost)
-                .saturating_mul(p.expected_instances)
-                .saturating_mul(p.spans)
-                > p.limit
+            && !fits_share(p, p.expected_instances, span_count, local, cost)
         {
             return (denied(span_end - now), Some(Reason::Fallback));
         }
         let use_fallback = !store_ok && (p.policy == Policy::Reactive || !seen_entries);
-        if use_fallback
-            && (span_count + cost)
-                .saturating_mul(nodes)
-                .saturating_mul(p.spans)
-                > p.limit
-        {
+        if use_fallback && !fits_share(p, nodes, span_count, local, cost) {
             self.block(p, window_start, now);
             let until = self.blocked_until(p, window_start);
             return (denied(until.saturating_sub(now)), Some(Reason::Fallback));
         }
-        let local = u64::from(self.local);
         let used = match p.policy {
             Policy::Reactive => {
                 if (local + cost).saturating_mul(nodes) > p.limit {

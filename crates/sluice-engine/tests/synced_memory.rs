@@ -553,3 +553,46 @@ async fn refill_gives_back_tokens() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_small_limit_still_admits_its_share_while_the_store_is_down() {
+    // 5 per minute in 6 spans: MAX/spans is below 1. With Redis unreachable the fallback used
+    // to round each span's share down to 0 and deny every request of every key (found by
+    // scripts/bench-hostile.sh: a key spray made the flushes time out, and a new user of
+    // another rule got 0 of 6). Now a span's share rounds up to one and the window keeps to
+    // the limit; a key that goes over its share is still blocked for the window.
+    for policy in ["predictive", "reactive"] {
+        let rules = synced_rule(5, "60s", 6, policy, "fixed_window");
+        let store_clock = ManualClock::new(T0);
+        let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+        let fleet = Fleet::new(&rules, store.clone(), &[0], true);
+        store.set_available(false);
+        fleet.flush_all_failing().await;
+        let mut dana = Vec::new();
+        let mut eve = Vec::new();
+        for second in 0..60u64 {
+            fleet.set_time(T0 + second * SECOND);
+            store_clock.set(T0 + second * SECOND);
+            fleet.flush_due().await;
+            // Dana asks once every 10 s (once a span); Eve twice a second.
+            if second % 10 == 0 && fleet.check(0, "dana").allowed {
+                dana.push(second);
+            }
+            for _ in 0..2 {
+                if fleet.check(0, "eve").allowed {
+                    eve.push(second);
+                }
+            }
+        }
+        assert_eq!(
+            dana,
+            [0, 10, 20, 30, 40],
+            "{policy}: one a span, five a window"
+        );
+        assert_eq!(
+            eve,
+            [0],
+            "{policy}: over its share, a key is blocked for the window"
+        );
+    }
+}

@@ -106,6 +106,14 @@ impl Fleet {
         }
     }
 
+    /// Flushes every instance now with the store down: every flush must fail.
+    pub async fn flush_all_failing(&self) {
+        for i in &self.instances {
+            let report = i.engine.flush().await;
+            assert!(report.error.is_some() || report.items == 0, "{report:?}");
+        }
+    }
+
     /// Flushes every instance now; every item must reach the store.
     pub async fn flush_all_ok(&self) {
         for i in &self.instances {
