@@ -79,7 +79,7 @@ for door in $DOORS; do
   "$LOAD" spray "$door" "$(addr "$door")" "$KEYS"
   sleep "${SETTLE:-0}"
   after=$(kib $PID VmRSS); peak=$(kib $PID VmHWM)
-  "$LOAD" probe "$door" "$(addr "$door")"
+  "$LOAD" probe "$door" "$(addr "$door")" || true
   echo "$door: RSS $((before / 1024)) MiB at start, $((after / 1024)) MiB after the spray, peak $((peak / 1024)) MiB"
   kill $PID; wait $PID 2>/dev/null || true
 done

@@ -35,7 +35,7 @@ mod service;
 
 pub use error::ConfigError;
 pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};
-pub use protection::{Access, ListenerLimits, TlsFiles, redact_url};
+pub use protection::{Access, ListenerLimits, TlsFiles, redact_secrets, redact_url};
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleSet, RuleSettings,

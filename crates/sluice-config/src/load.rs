@@ -110,7 +110,25 @@ pub fn parse_service(file: &Path, text: &str) -> Result<ServiceConfig, ConfigErr
     let raw: RawServiceFile = if text.trim().is_empty() {
         RawServiceFile::default()
     } else {
-        parse(file, text)?
+        parse(file, text).map_err(redact)?
     };
-    ServiceConfig::from_raw(raw, file)
+    ServiceConfig::from_raw(raw, file).map_err(redact)
+}
+
+/// An error about a `sluice.yaml` may quote its text, store URLs included: no password in it.
+fn redact(error: ConfigError) -> ConfigError {
+    match error {
+        ConfigError::Invalid {
+            file,
+            line,
+            column,
+            message,
+        } => ConfigError::Invalid {
+            file,
+            line,
+            column,
+            message: crate::protection::redact_secrets(&message),
+        },
+        other => other,
+    }
 }

@@ -247,9 +247,94 @@ pub fn redact_url(url: &str) -> String {
     out
 }
 
+/// `host`, `host:port` or `[v6]:port`.
+fn is_host_port(part: &str) -> bool {
+    match part.rsplit_once(':') {
+        None => true,
+        Some((host, port)) => {
+            (!host.contains(':') || host.starts_with('['))
+                && port.bytes().all(|b| b.is_ascii_digit())
+        }
+    }
+}
+
+/// `text` (an error message that may quote the user's file) with every password-like part of
+/// a URL in it replaced by `***`: the part after `user:` before `@`, anything after a `:` that
+/// is not a port when the quote was cut before the `@`, and `sentinel_password=` values. It
+/// may hide more than a password (a host list), never less.
+pub fn redact_secrets(text: &str) -> String {
+    let ends_token = |c: char| c.is_whitespace() || matches!(c, '/' | '`' | '"' | '\'' | '?' | '#');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail.find(ends_token).unwrap_or(tail.len());
+        let authority = &tail[..end];
+        let (userinfo, host) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at..]),
+            None => (None, authority),
+        };
+        match userinfo {
+            Some(info) => {
+                match info.split_once(':') {
+                    Some((user, _)) if !user.is_empty() => out.push_str(&format!("{user}:***")),
+                    _ => out.push_str("***"),
+                }
+                out.push_str(host);
+            }
+            // No `@`: `host:port,host:port` stays; anything else after a `:` may be the start
+            // of a password whose `@` was cut off.
+            None if host.split(',').all(is_host_port) => out.push_str(host),
+            None => match host.split_once(':') {
+                Some((name, _)) => out.push_str(&format!("{name}:***")),
+                None => out.push_str(host),
+            },
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    let key = "password=";
+    let mut from = 0;
+    while let Some(i) = out[from..].find(key) {
+        let start = from + i + key.len();
+        let end = out[start..]
+            .find(|c: char| c == '&' || ends_token(c))
+            .map_or(out.len(), |n| start + n);
+        out.replace_range(start..end, "***");
+        from = start + 3;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quoted_urls_lose_their_passwords() {
+        // Found by fuzzing: a malformed file's error quoted the store line.
+        assert_eq!(
+            redact_secrets(
+                "expected a mapping, found `sto:e rredis+sentinel://app:S3cretPass@10.0.0.1:26379,10.0.0`"
+            ),
+            "expected a mapping, found `sto:e rredis+sentinel://app:***@10.0.0.1:26379,10.0.0`"
+        );
+        // Cut before the `@`: whatever follows `user:` goes, a port stays.
+        assert_eq!(
+            redact_secrets("found `redis://app:S3cretPa`"),
+            "found `redis://app:***`"
+        );
+        assert_eq!(
+            redact_secrets("bad `redis://h:6379/0` and `rediss://:pw@h`"),
+            "bad `redis://h:6379/0` and `rediss://***@h`"
+        );
+        assert_eq!(
+            redact_secrets("`m?sentinel_password=w%40tch&x=1`"),
+            "`m?sentinel_password=***&x=1`"
+        );
+        assert_eq!(redact_secrets("no url here"), "no url here");
+    }
 
     #[test]
     fn passwords_never_show() {
