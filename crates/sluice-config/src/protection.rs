@@ -258,53 +258,66 @@ fn is_host_port(part: &str) -> bool {
     }
 }
 
-/// `text` (an error message that may quote the user's file) with every password-like part of
-/// a URL in it replaced by `***`: the part after `user:` before `@`, anything after a `:` that
-/// is not a port when the quote was cut before the `@`, and `sentinel_password=` values. It
-/// may hide more than a password (a host list), never less.
+/// `text` (an error message that may quote the user's file) with every password-like part in
+/// it replaced by `***`: in a word with an `@`, the user info before it (after its first `:`,
+/// or all of it), even when the URL around it is mangled; in a URL cut before its `@`,
+/// anything after a `:` that is not a port; and `password=` values. It may hide more than a
+/// password (an e-mail's name, a host list), never less.
 pub fn redact_secrets(text: &str) -> String {
-    let ends_token = |c: char| c.is_whitespace() || matches!(c, '/' | '`' | '"' | '\'' | '?' | '#');
+    let ends_word = |c: char| c.is_whitespace() || matches!(c, '`' | '"' | '\'' | ',' | ';');
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail.find(ends_token).unwrap_or(tail.len());
-        let authority = &tail[..end];
-        let (userinfo, host) = match authority.rfind('@') {
-            Some(at) => (Some(&authority[..at]), &authority[at..]),
-            None => (None, authority),
-        };
-        match userinfo {
-            Some(info) => {
-                match info.split_once(':') {
-                    Some((user, _)) if !user.is_empty() => out.push_str(&format!("{user}:***")),
-                    _ => out.push_str("***"),
-                }
-                out.push_str(host);
-            }
-            // No `@`: `host:port,host:port` stays; anything else after a `:` may be the start
-            // of a password whose `@` was cut off.
-            None if host.split(',').all(is_host_port) => out.push_str(host),
-            None => match host.split_once(':') {
-                Some((name, _)) => out.push_str(&format!("{name}:***")),
-                None => out.push_str(host),
-            },
-        }
-        rest = &tail[end..];
+    while !rest.is_empty() {
+        let end = rest.find(ends_word).unwrap_or(rest.len());
+        let (word, tail) = rest.split_at(end);
+        out.push_str(&redact_word(word));
+        let sep = tail.chars().next().map_or(0, char::len_utf8);
+        out.push_str(&tail[..sep]);
+        rest = &tail[sep..];
     }
-    out.push_str(rest);
     let key = "password=";
     let mut from = 0;
     while let Some(i) = out[from..].find(key) {
         let start = from + i + key.len();
         let end = out[start..]
-            .find(|c: char| c == '&' || ends_token(c))
+            .find(|c: char| c == '&' || ends_word(c))
             .map_or(out.len(), |n| start + n);
         out.replace_range(start..end, "***");
         from = start + 3;
     }
     out
+}
+
+fn redact_word(word: &str) -> String {
+    if let Some(at) = word.rfind('@') {
+        let before = &word[..at];
+        let info_start = before.rfind('/').map_or(0, |i| i + 1);
+        let info = &before[info_start..];
+        let kept = match info.find(':') {
+            Some(colon) if colon > 0 => &info[..=colon],
+            _ => "",
+        };
+        return format!("{}{kept}***{}", &before[..info_start], &word[at..]);
+    }
+    // A URL cut before its `@`: `host:port` stays, anything else after a `:` may be the start
+    // of a password.
+    if let Some(scheme) = word.find("://") {
+        let authority_start = scheme + 3;
+        let authority_end = word[authority_start..]
+            .find('/')
+            .map_or(word.len(), |i| authority_start + i);
+        let authority = &word[authority_start..authority_end];
+        if !is_host_port(authority)
+            && let Some(colon) = authority.find(':')
+        {
+            return format!(
+                "{}***{}",
+                &word[..=authority_start + colon],
+                &word[authority_end..]
+            );
+        }
+    }
+    word.to_owned()
 }
 
 #[cfg(test)]
@@ -334,6 +347,17 @@ mod tests {
             "`m?sentinel_password=***&x=1`"
         );
         assert_eq!(redact_secrets("no url here"), "no url here");
+        // A mangled scheme still has its user info hidden (also found by fuzzing).
+        assert_eq!(
+            redact_secrets("found `sto:e rredis+sentinel:/1app:S3cretPass@10.0.0.1:26379,10.0.0`"),
+            "found `sto:e rredis+sentinel:/1app:***@10.0.0.1:26379,10.0.0`"
+        );
+        assert_eq!(
+            redact_secrets(
+                "store `redis+sentinel://10.0.0.1:26379,10.0.0.2:26379` names no master"
+            ),
+            "store `redis+sentinel://10.0.0.1:26379,10.0.0.2:26379` names no master"
+        );
     }
 
     #[test]
