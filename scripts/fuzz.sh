@@ -26,7 +26,7 @@ build() { cargo +nightly fuzz build -O -a "$@"; }
 
 run() { # target seconds seed
     local scratch="../target/fuzz-scratch/$1"
-    mkdir -p "$scratch"
+    mkdir -p "$scratch" "corpus/$1"
     local args=(-max_total_time="$2" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1)
     [ -n "${3:-}" ] && args+=(-seed="$3")
     cargo +nightly fuzz run -O -a "$1" "$scratch" "corpus/$1" -- "${args[@]}" 2>&1 \
