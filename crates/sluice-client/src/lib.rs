@@ -1,4 +1,4 @@
-//! A client for a set of Sluice servers (DESIGN.md section 5.4).
+//! A client for a set of Sluice servers.
 //!
 //! Each user is routed by rendezvous (highest random weight) hashing to one server, so that
 //! user's bookkeeping lives in that server's memory and needs no shared store. When a server

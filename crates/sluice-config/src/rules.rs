@@ -66,7 +66,7 @@ impl AlgorithmKind {
     }
 }
 
-/// Where a rule's state lives (DESIGN.md section 2).
+/// Where a rule's state lives (docs/CONFIG.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Mode {

@@ -1,4 +1,4 @@
-//! `sluice.yaml`: the service configuration (DESIGN.md section 8).
+//! `sluice.yaml`: the service configuration (docs/CONFIG.md).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -438,7 +438,7 @@ fn parse_hosts(
     Ok(out)
 }
 
-/// Parses a store URL (DESIGN.md section 8).
+/// Parses a store URL (docs/CONFIG.md lists the forms).
 pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Located> {
     let url = value.value.trim();
     // What error messages show: never the password.

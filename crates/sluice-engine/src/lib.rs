@@ -1,5 +1,5 @@
 //! Sluice's rate-limit engine: the rule table of every domain, and for each rule a `local`,
-//! `synced` or `exact` limiter (DESIGN.md sections 1, 2 and 7).
+//! `synced` or `exact` limiter.
 //!
 //! The engine takes its [`sluice_core::Clock`] and its [`sluice_store::CounterStore`] as
 //! parameters, and a flush is a method anyone can drive ([`Engine::flush`]): `sluice serve`

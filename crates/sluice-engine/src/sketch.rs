@@ -1,5 +1,5 @@
-//! A fixed-memory count-min sketch per rule for keys beyond the rule's cap (DESIGN.md
-//! section 7), in the manner of pingora-limits: counts per window, never grows.
+//! A fixed-memory count-min sketch per rule for keys beyond the rule's cap (docs/RELIABILITY.md),
+//! in the manner of pingora-limits: counts per window, never grows.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

@@ -1,4 +1,4 @@
-//! `synced` mode (DESIGN.md section 1): counts in memory, one flush per span, and the
+//! `synced` mode (docs/SYNCED.md): counts in memory, one flush per span, and the
 //! `reactive` (seed) and `predictive` policies.
 //!
 //! Memory per tracked key (docs/BENCHMARKS.md): one map entry holding the key's name (inline
@@ -337,9 +337,8 @@ impl Core {
         }
         if let Some(ext) = ext {
             for other in &mut ext.others {
-                // Carry each instance's demand rate into the new window (DESIGN.md: "at the
-                // start of a window ... the others' demand rates from the previous window are
-                // used").
+                // Carry each instance's demand rate into the new window (at the start of a
+                // window the others' demand rates from the previous window are used).
                 other.count = 0;
                 other.at = start;
             }
@@ -392,8 +391,8 @@ impl Core {
 
     /// Whether a shared key is far below its limit: the estimate, grown for two more spans at
     /// the key's known demand (this instance's rate and every live other's), stays under half
-    /// the limit. Such a key needs no entries until it nears the limit (DESIGN.md: "keys far
-    /// below their limit may skip the per-node entries"): the total `INCRBY` returns bounds the
+    /// the limit. Such a key needs no entries until it nears the limit (keys far
+    /// below their limit may skip the per-node entries): the total `INCRBY` returns bounds the
     /// estimate from below, and the others count as one unlisted group meanwhile.
     fn far_below(&self, p: &SyncedParams, ext: &Ext, window_start: Nanos, now: Nanos) -> bool {
         if now <= ext.grace_until {

@@ -1,4 +1,4 @@
-//! Sluice's rate-limit service front doors over the engine (DESIGN.md section 5.3):
+//! Sluice's rate-limit service front doors over the engine:
 //!
 //! - the Envoy RLS gRPC API (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`),
 //!   so Envoy, Istio, Contour, Gloo and Emissary can call Sluice in place of Envoy's ratelimit

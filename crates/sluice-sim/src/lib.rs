@@ -1,4 +1,4 @@
-//! The Sluice simulator (DESIGN.md section 9): runs the real engine (`sluice-engine`, the same
+//! The Sluice simulator: runs the real engine (`sluice-engine`, the same
 //! code `sluice serve` runs) on many simulated nodes with manual clocks and the memory store,
 //! on generated traffic, for several policies side by side, and reports how accurately each
 //! enforces the limit.

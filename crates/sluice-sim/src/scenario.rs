@@ -1,4 +1,4 @@
-//! Scenario files: what to simulate (DESIGN.md section 9).
+//! Scenario files: what to simulate.
 
 use std::path::Path;
 

@@ -48,7 +48,7 @@ use sluice_core::{Decision, Nanos};
 /// A boxed future, so that stores can be chosen at run time (`Arc<dyn CounterStore>`).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// One instance's contribution to a key in a window (DESIGN.md section 1, predictive policy).
+/// One instance's contribution to a key in a window (the predictive policy, docs/SYNCED.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeEntry {
     /// The instance's id.
