@@ -14,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
     if let Err(error) = parse_service(Path::new("sluice.yaml"), text) {
         let message = error.to_string();
         assert!(message.contains("sluice.yaml"), "{message}");
-        // The corpus writes its store passwords as `S3cretPass`; no error may repeat one.
-        assert!(!message.contains("S3cretPass"), "password in an error: {message}");
+        // The corpus writes its store passwords as `S3cretPass`: while the file holds one in a
+        // URL (`://user:S3cretPass@`), no error may repeat it, however it quotes the file.
+        if text.contains(":S3cretPass@") {
+            assert!(!message.contains("S3cretPass"), "password in an error: {message}");
+        }
     }
 });

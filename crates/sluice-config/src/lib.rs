@@ -30,12 +30,14 @@ mod error;
 mod load;
 mod protection;
 mod raw;
+mod redact;
 mod rules;
 mod service;
 
 pub use error::ConfigError;
 pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};
-pub use protection::{Access, ListenerLimits, TlsFiles, redact_secrets, redact_url};
+pub use protection::{Access, ListenerLimits, TlsFiles};
+pub use redact::{redact_secrets, redact_url, secrets_in};
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleSet, RuleSettings,

@@ -107,6 +107,8 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
 /// paths (which are read from disk). Without `rules:` nothing is read, which lets a program
 /// or a test build gateway routes from YAML text alone.
 pub fn parse_service(file: &Path, text: &str) -> Result<ServiceConfig, ConfigError> {
+    let secrets = crate::redact::secrets_in(text);
+    let redact = |error| redact(error, &secrets);
     let raw: RawServiceFile = if text.trim().is_empty() {
         RawServiceFile::default()
     } else {
@@ -115,20 +117,27 @@ pub fn parse_service(file: &Path, text: &str) -> Result<ServiceConfig, ConfigErr
     ServiceConfig::from_raw(raw, file).map_err(redact)
 }
 
-/// An error about a `sluice.yaml` may quote its text, store URLs included: no password in it.
-fn redact(error: ConfigError) -> ConfigError {
+/// An error about a `sluice.yaml` may quote its text, store URLs included: no password in it,
+/// neither one that looks like a password in the quote nor one the file holds.
+fn redact(error: ConfigError, secrets: &[&str]) -> ConfigError {
     match error {
         ConfigError::Invalid {
             file,
             line,
             column,
             message,
-        } => ConfigError::Invalid {
-            file,
-            line,
-            column,
-            message: crate::protection::redact_secrets(&message),
-        },
+        } => {
+            let mut message = crate::redact::redact_secrets(&message);
+            for secret in secrets {
+                message = message.replace(secret, "***");
+            }
+            ConfigError::Invalid {
+                file,
+                line,
+                column,
+                message,
+            }
+        }
         other => other,
     }
 }
