@@ -43,6 +43,20 @@ async fn connect(addr: SocketAddr) -> Sender {
     sender
 }
 
+type Grpc = RateLimitServiceClient<tonic::transport::Channel>;
+
+/// A gRPC client for the `grpc` door, a keep-alive HTTP connection for the others.
+async fn clients(door: &str, addr: SocketAddr) -> (Option<Grpc>, Option<Sender>) {
+    if door == "grpc" {
+        let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+            .await
+            .expect("grpc");
+        (Some(client), None)
+    } else {
+        (None, Some(connect(addr).await))
+    }
+}
+
 /// One request on a keep-alive connection: the status.
 async fn send(
     sender: &mut Sender,
@@ -136,20 +150,7 @@ async fn spray(door: &str, addr: SocketAddr, keys: u64) {
         let next = next.clone();
         let door = door.to_owned();
         tasks.push(tokio::spawn(async move {
-            let mut grpc = if door == "grpc" {
-                Some(
-                    RateLimitServiceClient::connect(format!("http://{addr}"))
-                        .await
-                        .expect("grpc"),
-                )
-            } else {
-                None
-            };
-            let mut http = if door == "grpc" {
-                None
-            } else {
-                Some(connect(addr).await)
-            };
+            let (mut grpc, mut http) = clients(&door, addr).await;
             loop {
                 let first = next.fetch_add(per_request, Ordering::Relaxed);
                 if first >= keys {
@@ -199,20 +200,7 @@ async fn spray(door: &str, addr: SocketAddr, keys: u64) {
 async fn probe(door: &str, addr: SocketAddr) {
     let user = format!("probe-{}", std::process::id());
     let mut allowed = Vec::new();
-    let mut http = if door == "grpc" {
-        None
-    } else {
-        Some(connect(addr).await)
-    };
-    let mut grpc = if door == "grpc" {
-        Some(
-            RateLimitServiceClient::connect(format!("http://{addr}"))
-                .await
-                .expect("grpc"),
-        )
-    } else {
-        None
-    };
+    let (mut grpc, mut http) = clients(door, addr).await;
     for _ in 0..6 {
         let ok = match door {
             "grpc" => {

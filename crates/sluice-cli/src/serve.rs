@@ -339,18 +339,13 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         .as_deref()
         .map(|f| Token::read(f, "access.api_token_file"))
         .transpose()?;
-    let http_tls = config
-        .access
-        .tls
-        .as_ref()
-        .map(|files| crate::tls::acceptor(files, crate::tls::HTTP_ALPN))
-        .transpose()?;
-    let grpc_tls = config
-        .access
-        .tls
-        .as_ref()
-        .map(|files| crate::tls::acceptor(files, crate::tls::GRPC_ALPN))
-        .transpose()?;
+    let (http_tls, grpc_tls) = match &config.access.tls {
+        Some(files) => (
+            Some(crate::tls::acceptor(files, crate::tls::HTTP_ALPN)?),
+            Some(crate::tls::acceptor(files, crate::tls::GRPC_ALPN)?),
+        ),
+        None => (None, None),
+    };
     let limits = config.listeners.clone();
     let max_connections = connection_budget(&limits, 2 + config.gateways.len());
 

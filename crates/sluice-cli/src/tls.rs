@@ -78,20 +78,14 @@ pub(crate) async fn handshake(
     let Some(acceptor) = tls else {
         return Some(Conn::Plain(io));
     };
-    match tokio::time::timeout(timeout, acceptor.accept(io)).await {
-        Ok(Ok(stream)) => Some(Conn::Tls(Box::new(stream))),
-        Ok(Err(e)) => {
-            metrics::counter!("sluice_tls_handshake_failures_total", "listener" => listener)
-                .increment(1);
-            tracing::debug!(listener, error = %e, "TLS handshake failed");
-            None
-        }
-        Err(_) => {
-            metrics::counter!("sluice_tls_handshake_failures_total", "listener" => listener)
-                .increment(1);
-            None
-        }
-    }
+    let failure = match tokio::time::timeout(timeout, acceptor.accept(io)).await {
+        Ok(Ok(stream)) => return Some(Conn::Tls(Box::new(stream))),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no handshake within {timeout:?}"),
+    };
+    metrics::counter!("sluice_tls_handshake_failures_total", "listener" => listener).increment(1);
+    tracing::debug!(listener, error = %failure, "TLS handshake failed");
+    None
 }
 
 impl AsyncRead for Conn {
