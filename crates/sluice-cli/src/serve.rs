@@ -426,29 +426,19 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         serving
     };
 
-    // Flush at span boundaries; Prometheus upkeep on the same beat.
+    // Flush at span boundaries, Prometheus upkeep on the same beat; once every call in flight
+    // has finished, a last flush of everything.
+    let (served_tx, served_rx) = tokio::sync::oneshot::channel::<()>();
     let flusher = {
         let engine = engine.clone();
         let prometheus = prometheus.clone();
-        let stop = stop_rx.clone();
-        tokio::spawn(async move {
-            loop {
-                let current = engine.load_full();
-                let tick = current
-                    .flush_interval()
-                    .unwrap_or(Duration::from_secs(1))
-                    .min(Duration::from_secs(1));
-                let tick_ns = tick.as_nanos() as u64;
-                let wait = Duration::from_nanos(tick_ns - current.now() % tick_ns);
-                tokio::select! {
-                    _ = stopped(stop.clone()) => break,
-                    _ = tokio::time::sleep(wait) => {
-                        current.flush_due().await;
-                        prometheus.run_upkeep();
-                    }
-                }
-            }
-        })
+        tokio::spawn(sluice_engine::run_flush_loop(
+            move || engine.load_full(),
+            move || prometheus.run_upkeep(),
+            async move {
+                let _ = served_rx.await;
+            },
+        ))
     };
 
     // Reload on SIGHUP and when a watched file changes.
@@ -534,9 +524,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     tracing::info!("shutting down: no new connections; finishing calls in flight");
     let _ = stop_tx.send(true);
     let served = servers.await.context("listener task")?;
-    let _ = flusher.await;
+    let _ = served_tx.send(());
     let _ = reloader.await;
-    let report = engine.load_full().flush().await;
+    let report = flusher.await.context("flush task")?;
     tracing::info!(
         items = report.items,
         failed = report.failed,

@@ -40,7 +40,7 @@ pub use protection::{Access, ListenerLimits, TlsFiles};
 pub use redact::{redact_secrets, redact_url, secrets_in};
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
-    ResolvedLimit, Rule, RuleMatch, RuleSet, RuleSettings,
+    ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings,
 };
 pub use service::{
     Action, Gateway, HeaderMatch, HeaderMatcher, HeaderStyle, Listen, Route, RouteMatch,

@@ -320,6 +320,9 @@ pub struct RuleMatch<'a> {
     pub rule: &'a Rule,
 }
 
+/// The rules a request matched, in order (inline up to 8: no allocation per request).
+pub type RuleMatches<'a> = smallvec::SmallVec<[RuleMatch<'a>; 8]>;
+
 impl Domain {
     /// The domain's name.
     pub fn name(&self) -> &str {
@@ -361,13 +364,13 @@ impl Domain {
 
     /// Rules for a whole request: every descriptor's rules, minus those replaced by another
     /// matched rule's `replaces`.
-    pub fn match_request<K, V, D>(&self, descriptors: &[D]) -> Vec<RuleMatch<'_>>
+    pub fn match_request<K, V, D>(&self, descriptors: &[D]) -> RuleMatches<'_>
     where
         K: AsRef<str>,
         V: AsRef<str>,
         D: AsRef<[(K, V)]>,
     {
-        let mut matched: Vec<RuleMatch<'_>> = descriptors
+        let mut matched: RuleMatches<'_> = descriptors
             .iter()
             .enumerate()
             .flat_map(|(descriptor, entries)| {
@@ -376,7 +379,7 @@ impl Domain {
             })
             .collect();
         if matched.iter().any(|m| !m.rule.replaces.is_empty()) {
-            let replaced: Vec<&str> = matched
+            let replaced: smallvec::SmallVec<[&str; 8]> = matched
                 .iter()
                 .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
                 .collect();

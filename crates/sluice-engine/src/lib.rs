@@ -27,11 +27,16 @@
 mod descriptor_key;
 mod engine;
 mod exact;
+mod flusher;
+mod health;
 mod local;
+mod rule;
 mod sketch;
 mod synced;
+mod table;
 mod verdict;
 
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
-pub use engine::{Engine, EngineError, EngineOptions, FlushReport};
+pub use engine::{Engine, EngineError, EngineOptions};
+pub use flusher::{FlushReport, run_flush_loop};
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

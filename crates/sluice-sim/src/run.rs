@@ -4,7 +4,7 @@
 //! deterministic.
 //!
 //! Time moves from event to event: requests, and each node's flush timer, which fires on the
-//! node's own (skewed) span boundaries like `Engine::run_flusher` does in `sluice serve`. A
+//! node's own (skewed) span boundaries like `run_flush_loop` does in `sluice serve`. A
 //! flush that the store has not answered yet (latency) stays in flight while the node keeps
 //! deciding requests, and is polled every 5 ms of simulated time until it completes. Latency
 //! applies to flushes (and clock probes) only: an `exact` decision is atomic in the store, so

@@ -1,0 +1,268 @@
+//! Flush receipts and doubts: nothing lost, nothing counted twice.
+//!
+//! A flush that times out, or whose connection breaks after sending, may have been applied:
+//! its counts go back to their keys (nothing is lost), and before they are sent again the
+//! flush's receipt tells whether they arrived (nothing is counted twice).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use metrics::counter;
+use sluice_core::Nanos;
+use sluice_store::{CounterStore, FlushItem, FlushOutcome, FlushReceipt, StoreError};
+
+/// What became of one item of a flush.
+#[derive(Debug)]
+pub(crate) enum ItemResult {
+    /// The store applied it and answered.
+    Landed(FlushOutcome),
+    /// The store did not apply it (or its outcome is unknown: it is then in doubt).
+    Failed(StoreError),
+    /// Not sent: an earlier flush of the same key and window is not settled yet. The key
+    /// keeps the count until it is.
+    Held,
+}
+
+impl ItemResult {
+    pub(crate) fn outcome(&self) -> Option<&FlushOutcome> {
+        match self {
+            ItemResult::Landed(outcome) => Some(outcome),
+            _ => None,
+        }
+    }
+}
+
+/// A flush's answer, lined up with the items the engine asked to send.
+#[derive(Debug, Default)]
+pub(crate) struct Sent {
+    pub results: Vec<ItemResult>,
+    /// The store's clock when it ran the flush.
+    pub store_time: Option<Nanos>,
+    pub round_trips: usize,
+    /// Whether the store was asked (not when every item was held back).
+    pub asked: bool,
+}
+
+/// What the engine knows about counts whose arrival in the store is uncertain.
+#[derive(Default)]
+pub(crate) struct Delivery {
+    /// Flushes whose outcome is not (entirely) known.
+    doubt: Vec<Doubt>,
+    /// Counts the store is known to hold while their keys still have them as unsent (a flush in
+    /// doubt that did arrive), per store key and window: taken off the next flush's deltas.
+    landed: HashMap<(Arc<str>, u64), u64>,
+    /// The next flush's receipt token.
+    next_token: u64,
+}
+
+/// A flush whose outcome is unknown for some of its items.
+struct Doubt {
+    receipt: FlushReceipt,
+    /// The items exactly as sent (entries left out): the store finds each pipeline's marker
+    /// from them.
+    sent: Vec<FlushItem>,
+    /// Per item of `sent`: whether its outcome is still unknown.
+    unknown: Vec<bool>,
+}
+
+impl Delivery {
+    pub(crate) fn new() -> Self {
+        // Tokens stay unique across restarts of an instance with the same id: they start at a
+        // random number (std's hasher keys come from the OS).
+        use std::hash::BuildHasher as _;
+        Self {
+            next_token: std::collections::hash_map::RandomState::new().hash_one(0u8),
+            ..Self::default()
+        }
+    }
+
+    /// The store keys and windows whose counts are in an unsettled flush.
+    fn held(&self) -> HashSet<(Arc<str>, u64)> {
+        self.doubt
+            .iter()
+            .flat_map(|d| d.sent.iter().zip(&d.unknown))
+            .filter(|(_, unknown)| **unknown)
+            .map(|(item, _)| (item.key.clone(), item.window))
+            .collect()
+    }
+
+    /// Takes the counts known to have arrived off `items`; returns what each item lost.
+    fn take_landed(&self, items: &mut [FlushItem]) -> Vec<u64> {
+        if self.landed.is_empty() {
+            return Vec::new();
+        }
+        items
+            .iter_mut()
+            .map(|item| {
+                let known = self
+                    .landed
+                    .get(&(item.key.clone(), item.window))
+                    .map_or(0, |&n| n.min(item.delta));
+                item.delta -= known;
+                known
+            })
+            .collect()
+    }
+
+    /// After a flush: the counts taken off items that failed (`failed(i)`) are still known to
+    /// have arrived (their keys have them back as unsent); the rest is forgotten (sent, or
+    /// dropped by their keys).
+    fn keep_landed(&mut self, items: &[FlushItem], taken: &[u64], failed: impl Fn(usize) -> bool) {
+        if taken.is_empty() {
+            self.landed.clear();
+            return;
+        }
+        let mut landed = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            if let Some(&known) = taken.get(i).filter(|&&n| n > 0 && failed(i)) {
+                landed.insert((item.key.clone(), item.window), known);
+            }
+        }
+        self.landed = landed;
+    }
+
+    /// Settles the flushes whose outcome was unknown: counts that arrived are remembered (and
+    /// taken off the next items of their key and window), lost ones are sent again by their
+    /// keys. What cannot be settled (the store did not answer) stays in doubt. Returns the
+    /// first error.
+    async fn settle(&mut self, store: &dyn CounterStore) -> Option<StoreError> {
+        for doubt in &mut self.doubt {
+            let arrived = match store.landed(&doubt.sent, &doubt.receipt).await {
+                Ok(arrived) => arrived,
+                // After one failure the store is not asked again in this flush.
+                Err(e) => return Some(e).inspect(|_| self.doubt.retain(|d| d.open())),
+            };
+            for (i, item) in doubt.sent.iter().enumerate() {
+                let known = arrived.get(i).copied().flatten();
+                let Some(arrived) = known.filter(|_| doubt.unknown[i]) else {
+                    continue;
+                };
+                doubt.unknown[i] = false;
+                if arrived {
+                    *self
+                        .landed
+                        .entry((item.key.clone(), item.window))
+                        .or_default() += item.delta;
+                }
+                let outcome = if arrived { "landed" } else { "lost" };
+                counter!("sluice_flush_doubts_settled_total", "outcome" => outcome).increment(1);
+            }
+        }
+        self.doubt.retain(Doubt::open);
+        None
+    }
+
+    /// Sends `items` with a new receipt, after settling the flushes whose outcome was unknown.
+    /// The answer's results line up with `items`. An item whose key and window are still in
+    /// doubt is not sent ([`ItemResult::Held`]): its key keeps the count until the doubt is
+    /// settled.
+    pub(crate) async fn send(
+        &mut self,
+        store: &dyn CounterStore,
+        owner: &Arc<str>,
+        items: &mut [FlushItem],
+    ) -> Result<Sent, StoreError> {
+        if let Some(e) = self.settle(store).await {
+            // A store that could not be asked about the doubts is not sent anything either:
+            // that would only wait for a second timeout.
+            let taken = self.take_landed(items);
+            self.keep_landed(items, &taken, |_| true);
+            return Err(e);
+        }
+        let held = self.held();
+        let is_held =
+            |item: &FlushItem| !held.is_empty() && held.contains(&(item.key.clone(), item.window));
+        let taken = self.take_landed(items);
+        let receipt = FlushReceipt {
+            owner: owner.clone(),
+            token: self.next_token,
+        };
+        self.next_token = self.next_token.wrapping_add(1);
+        // What is sent: every item, or those not held.
+        let filtered: Vec<FlushItem>;
+        let sent: &[FlushItem] = if held.is_empty() {
+            items
+        } else {
+            filtered = items.iter().filter(|i| !is_held(i)).cloned().collect();
+            &filtered
+        };
+        let result = if sent.is_empty() {
+            Ok(Default::default())
+        } else {
+            store.flush(sent, Some(&receipt)).await
+        };
+        self.doubt_unknown(&result, sent, receipt);
+        // The answer, lined up with `items`.
+        let result = result.map(|reply| {
+            let mut answers = reply.results.into_iter().map(|r| match r {
+                Ok(outcome) => ItemResult::Landed(outcome),
+                Err(e) => ItemResult::Failed(e),
+            });
+            let missing = || ItemResult::Failed(StoreError::BadReply {
+                key: String::new(),
+                detail: "the store answered fewer items than were sent".into(),
+            });
+            let results = items
+                .iter()
+                .map(|item| match is_held(item) {
+                    true => ItemResult::Held,
+                    false => answers.next().unwrap_or_else(missing),
+                })
+                .collect();
+            Sent {
+                results,
+                store_time: reply.store_time,
+                round_trips: reply.round_trips,
+                asked: !sent.is_empty(),
+            }
+        });
+        self.keep_landed(items, &taken, |i| match &result {
+            Ok(sent) => !matches!(sent.results.get(i), Some(ItemResult::Landed(_))),
+            Err(_) => true,
+        });
+        result
+    }
+
+    /// Items of `sent` whose outcome is unknown (the store became unreachable while they were
+    /// on their way) start a new doubt under `receipt`.
+    fn doubt_unknown(
+        &mut self,
+        result: &Result<sluice_store::FlushReply, StoreError>,
+        sent: &[FlushItem],
+        receipt: FlushReceipt,
+    ) {
+        let in_doubt = |i: usize| match result {
+            Ok(reply) => reply
+                .results
+                .get(i)
+                .is_some_and(|r| r.as_ref().is_err_and(StoreError::is_unavailable)),
+            Err(e) => e.is_unavailable(),
+        };
+        if matches!(result, Ok(r) if r.results.iter().all(Result::is_ok)) {
+            return;
+        }
+        let unknown: Vec<bool> = (0..sent.len())
+            .map(|i| sent[i].delta > 0 && in_doubt(i))
+            .collect();
+        if unknown.contains(&true) {
+            let sent = sent
+                .iter()
+                .map(|i| FlushItem {
+                    entry: None,
+                    ..i.clone()
+                })
+                .collect();
+            self.doubt.push(Doubt {
+                receipt,
+                sent,
+                unknown,
+            });
+        }
+    }
+}
+
+impl Doubt {
+    fn open(&self) -> bool {
+        self.unknown.contains(&true)
+    }
+}

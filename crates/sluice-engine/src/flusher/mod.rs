@@ -1,0 +1,292 @@
+//! The [`Flusher`]: everything about the store round trip. It takes each synced rule's counts
+//! at its span boundary, sends them with a receipt (settling earlier flushes in doubt first),
+//! applies the replies to the keys, keeps the store's clock offset and health, sweeps idle
+//! keys of every rule and reports the flush metrics. One flusher is shared by an engine and
+//! the engines its reloads build, so flushes never overlap and nothing it knows is lost.
+
+mod delivery;
+mod schedule;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use metrics::{counter, gauge, histogram};
+use sluice_core::{Clock, Nanos};
+use sluice_store::{CounterStore, FlushItem, StoreError};
+
+pub use schedule::run_flush_loop;
+
+use crate::health::{HealthCell, StoreHealth};
+use crate::rule::{RuleEngine, RuleKind};
+use crate::synced::PendingFlush;
+use crate::table::RuleTable;
+use delivery::{Delivery, ItemResult};
+
+/// What one flush did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    /// Keys (items) sent.
+    pub items: usize,
+    /// Round trips to the store.
+    pub round_trips: usize,
+    /// Items whose counts did not reach the store (kept for the next flush).
+    pub failed: usize,
+    /// Keys forgotten because they were idle.
+    pub evicted: usize,
+    /// The error, if the store failed as a whole.
+    pub error: Option<String>,
+}
+
+/// Which synced rules a flush takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// Every rule (tests, shutdown, a rule set a reload replaced).
+    All,
+    /// Rules whose span ended since their last flush (the timer).
+    SpanEnded,
+}
+
+/// The store side of an engine (see the module documentation).
+pub(crate) struct Flusher {
+    store: Arc<dyn CounterStore>,
+    clock: Arc<dyn Clock>,
+    node: Arc<str>,
+    /// Correct the clock by the store's `TIME` (`EngineOptions::follow_store_clock`).
+    follow_store_clock: bool,
+    /// Store time minus local time, as last measured (nanoseconds).
+    offset_ns: AtomicI64,
+    health: HealthCell,
+    /// When the store's clock was last probed (raw local time).
+    last_probe: AtomicU64,
+    /// Held for a whole flush: one at a time.
+    delivery: tokio::sync::Mutex<Delivery>,
+}
+
+/// Nanoseconds between probes of an idle store.
+const PROBE_EVERY_NS: u64 = 1_000_000_000;
+
+fn store_error_kind(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Timeout(_) => "timeout",
+        StoreError::BadReply { .. } => "bad_reply",
+        _ => "refused",
+    }
+}
+
+/// Counts a store error in `sluice_store_errors_total` (flushes, probes and exact mode alike).
+pub(crate) fn count_store_error(e: &StoreError) {
+    counter!("sluice_store_errors_total", "kind" => store_error_kind(e)).increment(1);
+}
+
+impl Flusher {
+    pub(crate) fn new(
+        store: Arc<dyn CounterStore>,
+        clock: Arc<dyn Clock>,
+        node: Arc<str>,
+        follow_store_clock: bool,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            node,
+            follow_store_clock,
+            offset_ns: AtomicI64::new(0),
+            health: HealthCell::new(),
+            last_probe: AtomicU64::new(0),
+            delivery: tokio::sync::Mutex::new(Delivery::new()),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &dyn CounterStore {
+        &*self.store
+    }
+
+    pub(crate) fn node(&self) -> &Arc<str> {
+        &self.node
+    }
+
+    /// The current time corrected by the offset to the store's clock.
+    pub(crate) fn now(&self) -> Nanos {
+        let raw = self.clock.now() as i128 + i128::from(self.offset_ns());
+        raw.clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    pub(crate) fn offset_ns(&self) -> i64 {
+        self.offset_ns.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn health(&self) -> StoreHealth {
+        self.health.get()
+    }
+
+    pub(crate) fn reached(&self) -> bool {
+        self.health.reached()
+    }
+
+    /// Takes the store's clock as read between `sent` and `received` (raw local times): the
+    /// offset is measured from the round trip's midpoint.
+    fn observe_store_time(&self, sent: Nanos, received: Nanos, store_time: Nanos) {
+        if !self.follow_store_clock {
+            return;
+        }
+        let offset = store_time as i128 - (sent / 2 + received / 2) as i128;
+        let offset = offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
+        self.offset_ns.store(offset, Ordering::Relaxed);
+        gauge!("sluice_clock_offset_seconds").set(offset as f64 / 1e9);
+    }
+
+    /// One flush over `table`'s rules: sweep every rule, send the synced counts that are due,
+    /// apply the replies. With nothing to send, probe the store instead when it is due.
+    pub(crate) async fn flush(&self, table: &RuleTable, due: Due) -> FlushReport {
+        let mut delivery = self.delivery.lock().await;
+        let now = self.now();
+        let mut items: Vec<FlushItem> = Vec::new();
+        let mut pending: Vec<(&RuleEngine, PendingFlush)> = Vec::new();
+        let mut report = FlushReport::default();
+        for rule in table.rules() {
+            report.evicted += self.sweep(rule, now, due, &mut items, &mut pending);
+        }
+        if items.is_empty() {
+            self.probe_if_due(table, &mut report).await;
+            return report;
+        }
+        report.items = items.len();
+        let sent_at = self.clock.now();
+        let result = delivery.send(&*self.store, &self.node, &mut items).await;
+        let received_at = self.clock.now();
+        histogram!("sluice_flush_duration_seconds")
+            .record(received_at.saturating_sub(sent_at) as f64 / 1e9);
+        counter!("sluice_flush_items_total").increment(items.len() as u64);
+        match result {
+            Ok(sent) => {
+                if sent.asked {
+                    self.health.set(StoreHealth::Answering);
+                }
+                report.round_trips = sent.round_trips;
+                if let Some(store_time) = sent.store_time {
+                    self.observe_store_time(sent_at, received_at, store_time);
+                }
+                self.count_item_results(&sent.results);
+                let now = self.now();
+                for (rule, p) in &pending {
+                    if let RuleKind::Synced(synced) = &*rule.kind
+                        && !synced.apply(p, |i| sent.results.get(i).and_then(ItemResult::outcome), &self.node, now)
+                    {
+                        report.failed += 1;
+                    }
+                }
+                counter!("sluice_flushes_total", "result" => "ok").increment(1);
+            }
+            Err(e) => {
+                self.health.set(StoreHealth::Unreachable);
+                count_store_error(&e);
+                counter!("sluice_flushes_total", "result" => "error").increment(1);
+                tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply");
+                for (rule, p) in &pending {
+                    if let RuleKind::Synced(synced) = &*rule.kind {
+                        synced.apply(p, |_| None, &self.node, now);
+                    }
+                }
+                report.failed = report.items;
+                report.error = Some(e.to_string());
+            }
+        }
+        report
+    }
+
+    /// Store errors of single items, and items held back behind an unsettled flush.
+    fn count_item_results(&self, results: &[ItemResult]) {
+        let mut held = 0;
+        for result in results {
+            match result {
+                ItemResult::Failed(e) => {
+                    count_store_error(e);
+                    tracing::warn!(error = %e, "flush of one key failed; its count is kept for the next flush");
+                }
+                ItemResult::Held => held += 1,
+                ItemResult::Landed(_) => {}
+            }
+        }
+        if held > 0 {
+            counter!("sluice_flush_items_held_total").increment(held);
+            tracing::debug!(
+                held,
+                "items held back until an earlier flush of their keys is settled"
+            );
+        }
+    }
+
+    /// One rule's part of a flush: a synced rule whose span ended gives its counts (and drops
+    /// idle keys); local and exact rules drop idle keys. Sets the rule's gauges; returns the
+    /// keys evicted.
+    fn sweep<'t>(
+        &self,
+        rule: &'t RuleEngine,
+        now: Nanos,
+        due: Due,
+        items: &mut Vec<FlushItem>,
+        pending: &mut Vec<(&'t RuleEngine, PendingFlush)>,
+    ) -> usize {
+        let id = || rule.id.to_string();
+        match &*rule.kind {
+            RuleKind::Synced(synced) => {
+                let span = synced.params.span_of(now);
+                if due == Due::SpanEnded && rule.flushed_span.load(Ordering::Relaxed) == span {
+                    return 0;
+                }
+                rule.flushed_span.store(span, Ordering::Relaxed);
+                let mut mine = Vec::new();
+                let sweep = synced.prepare_flush(now, &self.node, items, &mut mine);
+                if sweep.evicted > 0 {
+                    counter!("sluice_evicted_keys_total", "rule" => id())
+                        .increment(sweep.evicted as u64);
+                }
+                gauge!("sluice_tracked_keys", "rule" => id()).set(synced.keys.len() as f64);
+                gauge!("sluice_live_instances", "rule" => id()).set(sweep.live_instances as f64);
+                gauge!("sluice_blocked_keys", "rule" => id()).set(sweep.blocked as f64);
+                gauge!("sluice_node_estimate", "rule" => id()).set(sweep.node_estimate as f64);
+                pending.extend(mine.into_iter().map(|p| (rule, p)));
+                sweep.evicted
+            }
+            RuleKind::Local(local) => {
+                let evicted = local.evict_idle(now);
+                gauge!("sluice_tracked_keys", "rule" => id()).set(local.len() as f64);
+                evicted
+            }
+            RuleKind::Exact(exact) => {
+                let evicted = exact.evict(now);
+                gauge!("sluice_blocked_keys", "rule" => id()).set(exact.blocked() as f64);
+                evicted
+            }
+            RuleKind::Unlimited => 0,
+        }
+    }
+
+    /// With nothing to send: still find out whether the store answers (readiness, and the
+    /// fallback decision) until it first has, and keep the clock offset fresh for exact rules
+    /// (they pass their corrected time to the store's scripts), with the cheapest call, at
+    /// most once a second.
+    async fn probe_if_due(&self, table: &RuleTable, report: &mut FlushReport) {
+        let raw_now = self.clock.now();
+        let last = self.last_probe.load(Ordering::Relaxed);
+        let wanted = (!self.reached() && table.has_synced())
+            || (table.has_exact() && self.follow_store_clock);
+        if !wanted || raw_now.saturating_sub(last) < PROBE_EVERY_NS {
+            return;
+        }
+        self.last_probe.store(raw_now, Ordering::Relaxed);
+        let sent_at = self.clock.now();
+        match self.store.time().await {
+            Ok(store_time) => {
+                self.observe_store_time(sent_at, self.clock.now(), store_time);
+                self.health.set(StoreHealth::Answering);
+            }
+            Err(e) => {
+                self.health.set(StoreHealth::Unreachable);
+                count_store_error(&e);
+                report.error = Some(e.to_string());
+            }
+        }
+    }
+}

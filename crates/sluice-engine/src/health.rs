@@ -1,0 +1,54 @@
+//! Whether the shared store is answering, as the last flush or probe found it.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The store as the engine last found it. Synced keys decide with it: while the store is
+/// unreachable they keep to their fallback share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoreHealth {
+    /// The last flush (or probe) got an answer.
+    Answering,
+    /// The last flush (or probe) failed as a whole.
+    Unreachable,
+}
+
+impl StoreHealth {
+    pub(crate) fn answering(self) -> bool {
+        self == StoreHealth::Answering
+    }
+}
+
+/// A [`StoreHealth`] shared between the flush and the request path, and whether the store
+/// has ever answered.
+#[derive(Debug)]
+pub(crate) struct HealthCell(AtomicU8);
+
+const ANSWERING: u8 = 1;
+const REACHED: u8 = 2;
+
+impl HealthCell {
+    /// Answering (until a flush says otherwise), never reached yet.
+    pub(crate) fn new() -> Self {
+        Self(AtomicU8::new(ANSWERING))
+    }
+
+    pub(crate) fn get(&self) -> StoreHealth {
+        if self.0.load(Ordering::Relaxed) & ANSWERING != 0 {
+            StoreHealth::Answering
+        } else {
+            StoreHealth::Unreachable
+        }
+    }
+
+    /// Whether the store has ever answered.
+    pub(crate) fn reached(&self) -> bool {
+        self.0.load(Ordering::Relaxed) & REACHED != 0
+    }
+
+    pub(crate) fn set(&self, health: StoreHealth) {
+        match health {
+            StoreHealth::Answering => self.0.fetch_or(ANSWERING | REACHED, Ordering::Relaxed),
+            StoreHealth::Unreachable => self.0.fetch_and(!ANSWERING, Ordering::Relaxed),
+        };
+    }
+}

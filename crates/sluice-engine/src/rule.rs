@@ -1,0 +1,149 @@
+//! One rule of the table: its limiter (`local`, `synced` or `exact`), and how it decides one
+//! descriptor's key.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use metrics::counter;
+use sluice_config::ResolvedLimit;
+use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
+use sluice_store::CounterKey;
+use smallvec::SmallVec;
+
+use crate::descriptor_key::with_key;
+use crate::exact::ExactRule;
+use crate::flusher::{Flusher, count_store_error};
+use crate::local::LocalLimiter;
+use crate::sketch::OverflowSketch;
+use crate::synced::SyncedRule;
+use crate::verdict::Reason;
+
+/// A rule's limiter.
+pub(crate) enum RuleKind {
+    Unlimited,
+    Local(LocalLimiter),
+    Synced(SyncedRule),
+    Exact(ExactRule),
+}
+
+/// A rule as the engine runs it.
+pub(crate) struct RuleEngine {
+    pub id: Arc<str>,
+    pub name: Option<Arc<str>>,
+    pub shadow: bool,
+    pub limit: Option<(u64, Duration)>,
+    /// The largest cost the rule admits at once; a larger one is `CostExceedsLimit`, decided
+    /// before any counter is touched.
+    pub capacity: u64,
+    pub policy: &'static str,
+    /// Shared with the engine a reload builds, when the rule did not change: its counters
+    /// survive the reload.
+    pub kind: Arc<RuleKind>,
+    /// The rule's resolved settings (`None`: unlimited); a reload keeps `kind` only when
+    /// these are equal.
+    pub settings: Option<ResolvedLimit>,
+    /// Allocated on first overflow (256 KiB), never for rules that stay under the cap.
+    pub overflow: std::sync::OnceLock<OverflowSketch>,
+    /// Last span number flushed (synced rules).
+    pub flushed_span: AtomicU64,
+    pub allowed: metrics::Counter,
+}
+
+impl RuleEngine {
+    /// Decides one descriptor (its `entries`) at `now` for `cost`. Local and synced rules
+    /// never wait on I/O; exact ones ask the store through `flusher`.
+    pub(crate) async fn check<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        flusher: &Flusher,
+        max_keys: usize,
+        entries: &[(K, V)],
+        now: Nanos,
+        cost: u64,
+    ) -> (Decision, Option<Reason>) {
+        let values = || entries.iter().map(|(_, v)| v.as_ref());
+        match &*self.kind {
+            RuleKind::Unlimited => (
+                Decision::Allowed(Allowed {
+                    remaining: u64::MAX,
+                    reset_after: Duration::ZERO,
+                    delay: Duration::ZERO,
+                }),
+                None,
+            ),
+            _ if cost > self.capacity => (
+                Decision::InsufficientCapacity(InsufficientCapacity {
+                    cost,
+                    capacity: self.capacity,
+                }),
+                None,
+            ),
+            RuleKind::Local(local) => with_key(values(), |key| {
+                if local.len() >= max_keys && !local.contains(key) {
+                    return self.overflow(key, now, cost, 1);
+                }
+                let d = local.check(key, now, cost);
+                let reason = matches!(d, Decision::Denied(_)).then_some(Reason::LocalBudget);
+                (d, reason)
+            }),
+            RuleKind::Synced(synced) => {
+                let health = flusher.health();
+                with_key(values(), |key| {
+                    if synced.keys.len() >= max_keys && !synced.keys.pin().contains_key(key) {
+                        // Untracked keys are never synced: each instance keeps to its share.
+                        let instances = synced.params.expected_instances;
+                        return self.overflow(key, now, cost, instances);
+                    }
+                    synced.check(key, now, cost, health)
+                })
+            }
+            RuleKind::Exact(exact) => {
+                let key = with_key(values(), str::to_owned);
+                let store_key = || -> Arc<str> {
+                    let values: SmallVec<[&str; 4]> = values().collect();
+                    CounterKey::new(&self.id, &values).as_str().into()
+                };
+                let (d, reason, error) = exact
+                    .check(flusher.store(), &key, store_key(), now, cost, max_keys)
+                    .await;
+                if let Some(e) = error {
+                    count_store_error(&e);
+                    tracing::debug!(rule = %self.id, error = %e, "exact-mode store call failed");
+                }
+                (d, reason)
+            }
+        }
+    }
+
+    /// Decides a key beyond the rule's cap with the rule's fixed-size sketch, locally. For a
+    /// synced rule each of the `instances` expected keeps to its share of the limit (rounded
+    /// up), since these counts never reach the store.
+    fn overflow(
+        &self,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+        instances: u64,
+    ) -> (Decision, Option<Reason>) {
+        counter!("sluice_overflow_checks_total", "rule" => self.id.to_string()).increment(1);
+        let (limit, window) = self.limit.unwrap_or((u64::MAX, Duration::from_secs(1)));
+        let limit = limit.div_ceil(instances.max(1));
+        let window_ns = sluice_core::duration_to_nanos(window).max(1);
+        let reset = Duration::from_nanos(window_ns - now % window_ns);
+        let sketch = self.overflow.get_or_init(OverflowSketch::new);
+        if sketch.check(key, now, window_ns, limit, cost) {
+            let allowed = Allowed {
+                remaining: 0,
+                reset_after: reset,
+                delay: Duration::ZERO,
+            };
+            (Decision::Allowed(allowed), None)
+        } else {
+            let denied = Denied {
+                retry_after: reset,
+                reset_after: reset,
+            };
+            (Decision::Denied(denied), Some(Reason::LocalBudget))
+        }
+    }
+}

@@ -1,0 +1,637 @@
+//! One synced key's state machine, pure: [`KeyState::check`] decides a request,
+//! [`KeyState::drain`] takes what the next flush sends, [`KeyState::absorb`] applies its reply.
+//! Nothing here touches a map, a lock, a clock or the store: the caller passes the time and
+//! the key's [`Shared`] state (if it has one), so each transition can be tested on its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
+use sluice_store::{FlushOutcome, NodeEntry};
+
+use super::flags::{Activity, KeyFlags};
+use super::model;
+use super::params::SyncedParams;
+use super::shared::{Other, Others, Shared, set_others};
+use super::time::{Deadline, Demand, Stamp, nanos_from_store_ms, store_ms};
+use crate::health::StoreHealth;
+use crate::verdict::Reason;
+
+fn sat32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// One key's state, kept small (52 bytes, asserted below): a rule holds one per tracked key.
+/// Counts are 32-bit (as Envoy's `requests_per_unit`; the config refuses larger limits) and
+/// times are 32-bit offsets from the key's window start.
+#[derive(Debug, Default)]
+pub(crate) struct KeyState {
+    /// The window's number, its low 32 bits (the full number comes from the time of the call).
+    window: u32,
+    /// Admitted here in `window`.
+    pub(super) local: u32,
+    /// Admitted here in `window` and not yet sent.
+    unflushed: u32,
+    /// The others' part of the window total read at the last flush (the total minus this
+    /// instance's count at the moment of the read).
+    pub(super) others_read: u32,
+    /// The previous window's totals (global: the node estimate and the sliding estimate).
+    pub(super) prev_global: u32,
+    pub(super) prev_local: u32,
+    /// Admitted in the current span (`span`).
+    span_count: u32,
+    /// Hits offered (admitted or not) since the last flush.
+    offered: u32,
+    /// Counts of the previous window that never reached the store.
+    carry: u32,
+    /// This instance's demand for the key (a moving average, sampled at each flush).
+    pub(super) demand: Demand,
+    /// When the demand was last sampled.
+    demand_at: Stamp,
+    blocked_until: Deadline,
+    /// The span of the last check: the low 16 bits of its number.
+    span: u16,
+    flags: KeyFlags,
+    activity: Activity,
+}
+
+const _: () = assert!(std::mem::size_of::<KeyState>() == 52);
+
+#[cfg(test)]
+impl KeyState {
+    /// A key whose window's low 32 bits are `window` (tests of the wrap-around).
+    pub(crate) fn in_window(window: u32) -> Self {
+        Self {
+            window,
+            ..Self::default()
+        }
+    }
+}
+
+/// Counts a flush carries for one key, and the window they belong to: what the key needs back
+/// to settle the reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Flight {
+    /// The key's window when the flush was taken.
+    pub window: u64,
+    /// The previous window's count that had not reached the store.
+    pub carry: Option<u32>,
+    /// The window's count.
+    pub current: Option<u32>,
+}
+
+/// What [`KeyState::drain`] hands to the flush.
+#[derive(Debug)]
+pub(crate) enum Drain {
+    /// Counts (or an entry exchange) to send.
+    Send {
+        flight: Flight,
+        /// This instance's entry, when the key exchanges entries in this flush.
+        entry: Option<NodeEntry>,
+        /// This instance's first write of the key in the window: the store sets the TTL and
+        /// returns the previous window's total.
+        first_write: bool,
+    },
+    /// Nothing to send; the key stays.
+    Quiet,
+    /// Nothing to send, nothing in flight, not checked for three windows, not blocked: the
+    /// key can be forgotten.
+    Idle,
+}
+
+/// The store's answer for a flight's items: `None` where a count did not reach it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Replies<'a> {
+    pub carry: Option<&'a FlushOutcome>,
+    pub current: Option<&'a FlushOutcome>,
+}
+
+impl KeyState {
+    fn has(&self, flag: KeyFlags) -> bool {
+        self.flags.contains(flag)
+    }
+
+    /// Whether the key has shared state in its rule's second map.
+    pub(crate) fn has_shared(&self) -> bool {
+        self.has(KeyFlags::HAS_SHARED)
+    }
+
+    pub(crate) fn set_has_shared(&mut self, has: bool) {
+        self.flags.set(KeyFlags::HAS_SHARED, has);
+    }
+
+    /// The key's window number, from the 32 bits kept and the window `w` of now (a clock that
+    /// went back leaves the key's window ahead of now's).
+    pub(crate) fn key_window(&self, w: u64) -> u64 {
+        let behind = (w as u32).wrapping_sub(self.window) as i32;
+        w.wrapping_sub(i64::from(behind) as u64)
+    }
+
+    pub(crate) fn blocked_until(&self, p: &SyncedParams, window_start: Nanos) -> Nanos {
+        p.timeline().until(window_start, self.blocked_until)
+    }
+
+    fn set_blocked_until(&mut self, p: &SyncedParams, window_start: Nanos, until: Nanos) {
+        self.blocked_until = p.timeline().deadline(window_start, until);
+    }
+
+    /// Counts admitted here and not yet acknowledged by the store (unsent, or carried from the
+    /// previous window), not counting a flight in progress.
+    pub(crate) fn unsent(&self) -> u64 {
+        u64::from(self.unflushed) + u64::from(self.carry)
+    }
+
+    pub(crate) fn local(&self) -> u64 {
+        self.local.into()
+    }
+
+    pub(crate) fn others_read(&self) -> u64 {
+        self.others_read.into()
+    }
+
+    /// Takes back `amount` a client did not use: from the unsent count exactly; beyond it the
+    /// store already holds the count, so only this instance's own view is lowered.
+    pub(crate) fn refill(&mut self, amount: u64) {
+        let amount = sat32(amount);
+        self.unflushed -= amount.min(self.unflushed);
+        self.local = self.local.saturating_sub(amount);
+        self.span_count = self.span_count.saturating_sub(amount);
+    }
+
+    /// Moves the key to the window `w` of `now` if it is behind.
+    pub(crate) fn roll(
+        &mut self,
+        p: &SyncedParams,
+        shared: Option<&mut Shared>,
+        w: u64,
+        now: Nanos,
+    ) {
+        let timeline = p.timeline();
+        if !self.has(KeyFlags::INIT) {
+            self.flags.insert(KeyFlags::INIT);
+            self.window = w as u32;
+            // Demand is measured from the key's first sight, not from the epoch.
+            self.demand_at = timeline.stamp(p.window_start(w), now);
+            return;
+        }
+        let kw = self.key_window(w);
+        if w <= kw {
+            return;
+        }
+        let gap = w - kw;
+        // Nothing lost: the unsent count goes to its own window while that key lives (two
+        // windows). An older carry no longer matters for any decision.
+        self.carry = if gap == 1 { self.unflushed } else { 0 };
+        let window_total = u64::from(self.local) + u64::from(self.others_read);
+        (self.prev_global, self.prev_local) = if gap == 1 {
+            (sat32(window_total), self.local)
+        } else {
+            (0, 0)
+        };
+        // Times are kept from the window start: move them to the new one.
+        let (old_start, start) = (p.window_start(kw), p.window_start(w));
+        let blocked_until = self.blocked_until(p, old_start);
+        self.blocked_until = Deadline::default();
+        if blocked_until > start {
+            self.set_blocked_until(p, start, blocked_until);
+        }
+        let demand_at = timeline.at(old_start, self.demand_at);
+        self.demand_at = timeline.stamp(start, demand_at);
+        self.activity.shift(gap);
+        self.flags.remove(KeyFlags::PREV_KNOWN);
+        if gap >= 2 {
+            // A whole window has passed: the span kept is not the current one, and after
+            // 2^16 spans its low bits could look current.
+            self.flags.remove(KeyFlags::SPAN_SET);
+        }
+        if let Some(shared) = shared {
+            shared.roll(start);
+        }
+        self.window = w as u32;
+        self.local = 0;
+        self.unflushed = 0;
+        self.others_read = 0;
+    }
+
+    fn block(&mut self, p: &SyncedParams, window_start: Nanos, now: Nanos) {
+        let until = if p.cooldown_ns == 0 {
+            window_start + p.window_ns
+        } else {
+            now + p.cooldown_ns
+        };
+        self.set_blocked_until(p, window_start, until);
+    }
+
+    /// Puts a count that did not reach the store back where the next flush picks it up.
+    fn restore(&mut self, key_window: u64, window: u64, count: u32) {
+        if window == key_window {
+            self.unflushed = self.unflushed.saturating_add(count);
+        } else if window + 1 == key_window {
+            self.carry = self.carry.saturating_add(count);
+        }
+        // Older than the previous window: its key has expired in the store and no decision
+        // depends on it any more.
+    }
+
+    /// Decides a request of `cost` at `now`, and counts it if admitted.
+    pub(crate) fn check(
+        &mut self,
+        p: &SyncedParams,
+        mut shared: Option<&mut Shared>,
+        now: Nanos,
+        cost: u64,
+        health: StoreHealth,
+    ) -> (Decision, Option<Reason>) {
+        let w = p.window_of(now);
+        self.roll(p, shared.as_deref_mut(), w, now);
+        let window_start = p.window_start(self.key_window(w));
+        let span = p.span_of(now);
+        if !self.has(KeyFlags::SPAN_SET) || (span as u16).wrapping_sub(self.span) as i16 > 0 {
+            // A new span (spans only move forward).
+            self.span = span as u16;
+            self.flags.insert(KeyFlags::SPAN_SET);
+            self.span_count = 0;
+        }
+        let span_end = (span + 1).saturating_mul(p.span_ns);
+        self.activity.mark();
+        let reset_after = (window_start + p.window_ns).saturating_sub(now);
+        if cost > p.limit {
+            let capacity = p.limit;
+            return (
+                Decision::InsufficientCapacity(InsufficientCapacity { cost, capacity }),
+                None,
+            );
+        }
+        let cost32 = sat32(cost);
+        self.offered = self.offered.saturating_add(cost32);
+        let denied = |retry: Nanos| {
+            Decision::Denied(Denied {
+                retry_after: Duration::from_nanos(retry.max(1)),
+                reset_after: Duration::from_nanos(reset_after),
+            })
+        };
+        let blocked_until = self.blocked_until(p, window_start);
+        if now < blocked_until {
+            return (denied(blocked_until - now), Some(Reason::GlobalBlock));
+        }
+        if let Some(reason) = self.over_fallback_share(p, cost, health) {
+            let retry = match reason {
+                FallbackDenial::ColdSpan => span_end - now,
+                FallbackDenial::StoreDown => {
+                    self.block(p, window_start, now);
+                    self.blocked_until(p, window_start).saturating_sub(now)
+                }
+            };
+            return (denied(retry), Some(Reason::Fallback));
+        }
+        let local = u64::from(self.local);
+        let used = if p.predictive() {
+            let estimate = model::estimate(p, self, shared.as_deref(), window_start, now, health);
+            if estimate + cost as f64 > p.limit as f64 {
+                return (denied(reset_after), Some(Reason::Estimate));
+            }
+            if self.has(KeyFlags::SEEN_ENTRIES)
+                && let Some(shared) = shared
+                && !self.within_budget(p, shared, window_start, now, cost)
+            {
+                return (denied(reset_after), Some(Reason::Estimate));
+            }
+            estimate.ceil() as u64
+        } else {
+            let nodes = model::node_estimate(self);
+            if (local + cost).saturating_mul(nodes) > p.limit {
+                return (denied(reset_after), Some(Reason::LocalBudget));
+            }
+            (local + u64::from(self.others_read)).max(local * nodes)
+        };
+        self.local = self.local.saturating_add(cost32);
+        self.unflushed = self.unflushed.saturating_add(cost32);
+        self.span_count = self.span_count.saturating_add(cost32);
+        let remaining = p.limit.saturating_sub(used + cost);
+        let reset_after = Duration::from_nanos(reset_after);
+        let delay = Duration::ZERO;
+        (
+            Decision::Allowed(Allowed {
+                remaining,
+                reset_after,
+                delay,
+            }),
+            None,
+        )
+    }
+
+    /// Whether the key must keep to a fallback share it is over: the seed's fallback (and
+    /// predictive's, for a key whose entries it never saw) while the store is unreachable, at
+    /// most MAX/N per span per instance (scaled by the node estimate); or, predictive, before
+    /// the first reply for the key (an instance that just joined, or a key it never saw): it
+    /// knows nothing of the others yet, so until the reply comes (at most a span) it keeps to
+    /// MAX/N per span with N the instances it expects. No block then: the reply lifts it.
+    fn over_fallback_share(
+        &self,
+        p: &SyncedParams,
+        cost: u64,
+        health: StoreHealth,
+    ) -> Option<FallbackDenial> {
+        let seen_entries = self.has(KeyFlags::SEEN_ENTRIES);
+        let (span_count, local) = (u64::from(self.span_count), u64::from(self.local));
+        let cold = p.predictive() && !seen_entries && health.answering();
+        if cold
+            && p.expected_instances > 1
+            && !model::fits_share(p, p.expected_instances, span_count, local, cost)
+        {
+            return Some(FallbackDenial::ColdSpan);
+        }
+        let nodes = model::node_estimate(self);
+        let use_fallback = !health.answering() && (!p.predictive() || !seen_entries);
+        (use_fallback && !model::fits_share(p, nodes, span_count, local, cost))
+            .then_some(FallbackDenial::StoreDown)
+    }
+
+    /// Predictive, shared: whether `cost` more stays within this instance's budget (set now
+    /// if the window has none yet: a new window before this instance's first reply in it).
+    fn within_budget(
+        &self,
+        p: &SyncedParams,
+        shared: &mut Shared,
+        window_start: Nanos,
+        now: Nanos,
+        cost: u64,
+    ) -> bool {
+        let budget = match shared.budget() {
+            Some(budget) => budget,
+            None => {
+                let budget = model::budget(p, self, shared, window_start, now);
+                shared.set_budget(budget);
+                budget
+            }
+        };
+        let since = self.local.saturating_sub(budget.local_at);
+        u64::from(since) + cost <= model::budget_now(p, self, &budget, window_start, now)
+    }
+
+    /// Takes what the next flush sends for the key: the previous window's carried count, the
+    /// window's unsent count (with a demand sample, and this instance's entry when the key
+    /// exchanges entries). The counts leave the key (the flight holds them) until
+    /// [`KeyState::absorb`] settles them.
+    pub(crate) fn drain(
+        &mut self,
+        p: &SyncedParams,
+        mut shared: Option<&mut Shared>,
+        node: &Arc<str>,
+        now: Nanos,
+    ) -> Drain {
+        let w = p.window_of(now);
+        self.roll(p, shared.as_deref_mut(), w, now);
+        let window = self.key_window(w);
+        let window_start = p.window_start(window);
+        let mut flight = Flight {
+            window,
+            carry: None,
+            current: None,
+        };
+        if self.carry > 0 {
+            flight.carry = Some(std::mem::take(&mut self.carry));
+            self.flags.insert(KeyFlags::IN_FLIGHT);
+        }
+        if self.unflushed == 0 && self.offered == 0 {
+            if flight.carry.is_some() {
+                let (entry, first_write) = (None, false);
+                return Drain::Send {
+                    flight,
+                    entry,
+                    first_write,
+                };
+            }
+            let idle = !self.has(KeyFlags::IN_FLIGHT)
+                && self.activity.idle()
+                && now >= self.blocked_until(p, window_start);
+            return if idle { Drain::Idle } else { Drain::Quiet };
+        }
+        let timeline = p.timeline();
+        let elapsed = now.saturating_sub(timeline.at(window_start, self.demand_at));
+        if elapsed > 0 {
+            self.demand = self.demand.sampled(self.offered, elapsed);
+        }
+        self.offered = 0;
+        self.demand_at = timeline.stamp(window_start, now);
+        let entry = self
+            .exchanges_entries(p, shared.as_deref(), window_start, now)
+            .then(|| NodeEntry {
+                node: node.clone(),
+                count: self.local.into(),
+                at_ms: store_ms(now),
+                rate_milli: self.demand.store_milli(),
+            });
+        flight.current = Some(std::mem::take(&mut self.unflushed));
+        self.flags.insert(KeyFlags::IN_FLIGHT);
+        Drain::Send {
+            flight,
+            entry,
+            first_write: !self.has(KeyFlags::PREV_KNOWN),
+        }
+    }
+
+    /// Entries are exchanged on the key's first flush in a window, until whether it is shared
+    /// is settled, after a failed flush, and whenever the key is shared (the last reply showed
+    /// another instance: an entry, or counts no entry accounts for; or a gap just ended)
+    /// unless it is far below its limit. Otherwise a flush only adds its count (one command
+    /// instead of three) and the total tells when someone else starts.
+    fn exchanges_entries(
+        &self,
+        p: &SyncedParams,
+        shared: Option<&Shared>,
+        window_start: Nanos,
+        now: Nanos,
+    ) -> bool {
+        p.predictive()
+            && (!self.has(KeyFlags::PREV_KNOWN)
+                || !self.has(KeyFlags::SETTLED)
+                || self.has(KeyFlags::CUT_OFF)
+                || shared.is_some_and(|x| {
+                    x.needed(now) && !model::far_below(p, self, x, window_start, now)
+                }))
+    }
+
+    /// Applies the store's answer to a flight: counts that did not reach the store go back
+    /// to their windows; a reply for the window brings the total, the previous window's and
+    /// the others' entries. Returns whether every count of the flight arrived.
+    pub(crate) fn absorb(
+        &mut self,
+        p: &SyncedParams,
+        shared: &mut Option<Shared>,
+        flight: &Flight,
+        replies: Replies<'_>,
+        node: &str,
+        now: Nanos,
+    ) -> bool {
+        self.flags.remove(KeyFlags::IN_FLIGHT);
+        let kw = self.key_window(p.window_of(now));
+        let mut ok = true;
+        if let Some(count) = flight.carry
+            && replies.carry.is_none()
+        {
+            ok = false;
+            self.restore(kw, flight.window - 1, count);
+        }
+        let Some(sent) = flight.current else {
+            return ok;
+        };
+        let Some(outcome) = replies.current else {
+            self.flags.insert(KeyFlags::CUT_OFF);
+            self.restore(kw, flight.window, sent);
+            return false;
+        };
+        if self.has(KeyFlags::CUT_OFF) {
+            self.flags.remove(KeyFlags::CUT_OFF);
+            shared.get_or_insert_default().grace_until = now.saturating_add(2 * p.span_ns);
+        }
+        if let Some(x) = shared {
+            x.heard_at = now;
+        }
+        if flight.window == kw {
+            self.absorb_outcome(p, shared, outcome, node, kw, now);
+        } else if flight.window + 1 == kw {
+            self.prev_global = self.prev_global.max(sat32(outcome.total));
+        }
+        ok
+    }
+
+    /// A reply for the key's current window: the total, the previous window's, the entries.
+    fn absorb_outcome(
+        &mut self,
+        p: &SyncedParams,
+        shared: &mut Option<Shared>,
+        outcome: &FlushOutcome,
+        node: &str,
+        kw: u64,
+        now: Nanos,
+    ) {
+        let window_start = p.window_start(kw);
+        // Our own count as of the snapshot is in the total; what came after is not.
+        let own = u64::from(self.local.saturating_sub(self.unflushed));
+        self.others_read = sat32(outcome.total.saturating_sub(own));
+        if let Some(previous) = outcome.previous_total {
+            self.prev_global = self.prev_global.max(sat32(previous));
+            self.flags.insert(KeyFlags::PREV_KNOWN);
+        }
+        // What the total holds beyond our own count and every listed entry's.
+        let listed: u64 = outcome
+            .entries
+            .iter()
+            .filter(|e| &*e.node != node)
+            .map(|e| e.count)
+            .sum();
+        let unlisted = outcome.total.saturating_sub(own.saturating_add(listed));
+        let unlisted = (unlisted > 0 && p.predictive()).then(|| {
+            let demand = unlisted_demand(p, shared.as_ref(), outcome, unlisted, window_start, now);
+            Other::unlisted_group(sat32(unlisted), now, demand)
+        });
+        if !outcome.entries.is_empty() {
+            let others_seen = listed > 0
+                || unlisted.is_some()
+                || outcome.entries.iter().any(|e| &*e.node != node);
+            if others_seen || self.has(KeyFlags::SEEN_ENTRIES) {
+                self.flags.insert(KeyFlags::SETTLED);
+            }
+            self.flags.insert(KeyFlags::SEEN_ENTRIES);
+            let mut others = listed_others(p, shared, outcome, node, window_start, now);
+            others.extend(unlisted);
+            set_others(shared, others, now);
+        } else if self.has(KeyFlags::SEEN_ENTRIES) {
+            // A flush that only added its count (the key was ours alone, or far below its
+            // limit): anything beyond our count is someone else's, one unlisted group. The
+            // entries known from before go: their counts are in that total too.
+            let mut others = shared
+                .as_mut()
+                .map(|x| std::mem::take(&mut x.others))
+                .unwrap_or_default();
+            others.clear();
+            others.extend(unlisted);
+            set_others(shared, others, now);
+        }
+        if outcome.total > p.limit {
+            self.block(p, window_start, now);
+        }
+        if self.has(KeyFlags::SEEN_ENTRIES)
+            && let Some(x) = shared
+        {
+            let budget = model::budget(p, self, x, window_start, now);
+            x.set_budget(budget);
+        }
+    }
+
+    /// Whether the key is blocked at `now` (`window`: its window then).
+    pub(crate) fn blocked_at(&self, p: &SyncedParams, window: u64, now: Nanos) -> bool {
+        self.blocked_until(p, p.window_start(window)) > now
+    }
+}
+
+/// Why a fallback share denied a request.
+enum FallbackDenial {
+    /// Predictive, before the key's first reply: denied until the span ends.
+    ColdSpan,
+    /// The store is unreachable: blocked like a key over its limit.
+    StoreDown,
+}
+
+/// The unlisted group's demand: the average over the window so far, or, when this reply and
+/// the last one in the window both had every other instance in the group (flushes that only
+/// added their count), its growth since then if higher: a surge shows at once.
+fn unlisted_demand(
+    p: &SyncedParams,
+    shared: Option<&Shared>,
+    outcome: &FlushOutcome,
+    unlisted: u64,
+    window_start: Nanos,
+    now: Nanos,
+) -> Demand {
+    let recent = match shared.map(|x| x.others.as_slice()) {
+        Some([o]) if outcome.entries.is_empty() && o.unlisted() && o.at > window_start => {
+            unlisted.saturating_sub(o.count.into()) as f64 / now.saturating_sub(o.at).max(1) as f64
+        }
+        _ => 0.0,
+    };
+    let average = unlisted as f64 / now.saturating_sub(window_start).max(p.span_ns) as f64;
+    Demand::from(average.max(recent))
+}
+
+/// The others a reply with entries lists, plus those known from the previous window that
+/// have not flushed in this one yet.
+fn listed_others(
+    p: &SyncedParams,
+    shared: &mut Option<Shared>,
+    outcome: &FlushOutcome,
+    node: &str,
+    window_start: Nanos,
+    now: Nanos,
+) -> Others {
+    // An entry already stale when the store answers belongs to an instance that left: drop
+    // it, or the next window roll would re-date it and bring it back to life. After an outage
+    // every entry is old: keep them.
+    let grace = shared.as_ref().is_some_and(|x| x.in_grace(now));
+    let fresh = |at: Nanos| grace || now.saturating_sub(at) <= 2 * p.span_ns;
+    let mut others: Others = outcome
+        .entries
+        .iter()
+        .filter(|e| &*e.node != node && fresh(nanos_from_store_ms(e.at_ms)))
+        .map(|e| Other {
+            node: e.node.clone(),
+            count: sat32(e.count),
+            at: nanos_from_store_ms(e.at_ms),
+            demand: Demand::from_store_milli(e.rate_milli),
+        })
+        .collect();
+    // Instances known from the previous window that have not flushed in this one yet keep
+    // their carried demand until they go stale (one that did report, even stale, is judged
+    // by its report above). The unlisted group is worked out afresh from each total.
+    let known = shared.as_mut().map(|x| std::mem::take(&mut x.others));
+    for o in known.into_iter().flatten() {
+        if !o.unlisted()
+            && o.at <= window_start
+            && !outcome.entries.iter().any(|n| n.node == o.node)
+        {
+            others.push(o);
+        }
+    }
+    others
+}

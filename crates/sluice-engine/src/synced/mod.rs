@@ -1,0 +1,316 @@
+//! `synced` mode (docs/SYNCED.md): counts in memory, one flush per span, and the `reactive`
+//! (seed) and `predictive` policies.
+//!
+//! [`KeyState`] is one key's pure state machine; [`model`] its arithmetic; [`SyncedRule`]
+//! keeps a rule's keys in lock-free maps, each key behind its own lock.
+//!
+//! Memory per tracked key (docs/BENCHMARKS.md): one map entry holding the key's name (inline
+//! up to 15 bytes) and its 52-byte [`KeyState`] behind a one-byte lock. What only keys
+//! counted by several instances need (the others' entries, the demand budget, the grace after
+//! an outage) lives in a second map of [`Shared`] values, entered only for those keys and only
+//! under the key's own lock.
+
+mod flags;
+mod key_state;
+mod model;
+mod params;
+mod shared;
+mod time;
+
+#[cfg(test)]
+mod props;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use ecow::EcoString;
+use papaya::HashMap;
+use parking_lot::Mutex;
+use sluice_core::{Decision, Nanos};
+use sluice_store::FlushItem;
+
+pub(crate) use key_state::{Drain, Flight, KeyState, Replies};
+pub(crate) use params::SyncedParams;
+use shared::Shared;
+
+use crate::health::StoreHealth;
+use crate::verdict::Reason;
+
+type FastHasher = foldhash::fast::RandomState;
+
+// With the lock and the inline name, a map entry is 72 bytes: one 80-byte allocation.
+const _: () = assert!(std::mem::size_of::<(EcoString, Mutex<KeyState>)>() == 72);
+
+/// What one flush sweep over a rule's keys found (idle keys it removed, and the gauges).
+#[derive(Debug, Default)]
+pub(crate) struct Sweep {
+    pub evicted: usize,
+    /// Instances counting the busiest key (this one included).
+    pub live_instances: usize,
+    /// Keys blocked now.
+    pub blocked: usize,
+    /// The seed's node estimate, largest over the keys.
+    pub node_estimate: u64,
+}
+
+/// One key's counts in the flush in progress: where its items are, so that the reply (or a
+/// failure) goes back to the key.
+pub(crate) struct PendingFlush {
+    /// The key's name in the rule's map.
+    pub name: EcoString,
+    pub flight: Flight,
+    /// Indexes of the flight's items (carry, current) in the flush.
+    pub carry_item: usize,
+    pub current_item: usize,
+}
+
+/// One synced rule: its keys and parameters.
+pub(crate) struct SyncedRule {
+    pub params: SyncedParams,
+    pub rule_id: Arc<str>,
+    /// The tracked keys. The store key is rebuilt from the rule id and the name at flush time
+    /// instead of being kept per key.
+    pub keys: HashMap<EcoString, Mutex<KeyState>, FastHasher>,
+    /// The [`Shared`] state of the keys that have one; entered only under the key's lock.
+    shared: HashMap<EcoString, Mutex<Shared>, FastHasher>,
+}
+
+fn map<V>(capacity: usize) -> HashMap<EcoString, V, FastHasher> {
+    HashMap::builder()
+        .hasher(FastHasher::default())
+        .capacity(capacity)
+        // Free a replaced table at once: with seize's default batch of 32 the (request) thread
+        // that resized keeps the old table until it retires 31 more objects, i.e. for good.
+        .collector(seize::Collector::new().batch_size(1))
+        .resize_mode(papaya::ResizeMode::Blocking)
+        .build()
+}
+
+impl SyncedRule {
+    pub(crate) fn new(params: SyncedParams, rule_id: Arc<str>) -> Self {
+        Self {
+            params,
+            rule_id,
+            keys: map(1024),
+            shared: map(64),
+        }
+    }
+
+    /// Checks a request against the key `key` (an encoded descriptor).
+    pub(crate) fn check(
+        &self,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+        health: StoreHealth,
+    ) -> (Decision, Option<Reason>) {
+        let guard = self.keys.guard();
+        let entry = match self.keys.get(key, &guard) {
+            Some(k) => k,
+            None => self
+                .keys
+                .get_or_insert_with(EcoString::from(key), Mutex::default, &guard),
+        };
+        let mut state = entry.lock();
+        if state.has_shared() {
+            let shared_guard = self.shared.guard();
+            let mut shared = self.lock_shared(&state, key, &shared_guard);
+            return state.check(&self.params, shared.as_deref_mut(), now, cost, health);
+        }
+        state.check(&self.params, None, now, cost, health)
+    }
+
+    /// Gives back `amount` for `key`. Counts not yet flushed are taken back exactly; beyond
+    /// them the store already holds the count, so only this instance's own view is lowered
+    /// (the global total stays conservative). Returns whether the key was tracked.
+    pub(crate) fn refill(&self, key: &str, amount: u64) -> bool {
+        let guard = self.keys.guard();
+        let Some(k) = self.keys.get(key, &guard) else {
+            return false;
+        };
+        k.lock().refill(amount);
+        true
+    }
+
+    /// Takes every key's counts to send into `items` (one [`PendingFlush`] per key in
+    /// `pending`) and removes idle keys, in one pass that also takes the rule's gauges.
+    pub(crate) fn prepare_flush(
+        &self,
+        now: Nanos,
+        node: &Arc<str>,
+        items: &mut Vec<FlushItem>,
+        pending: &mut Vec<PendingFlush>,
+    ) -> Sweep {
+        let p = &self.params;
+        let guard = self.keys.guard();
+        let shared_guard = self.shared.guard();
+        let mut idle: Vec<EcoString> = Vec::new();
+        let mut key_buf = String::with_capacity(128);
+        let mut sweep = Sweep {
+            live_instances: 1,
+            node_estimate: 1,
+            ..Sweep::default()
+        };
+        for (name, key) in self.keys.iter(&guard) {
+            let mut state = key.lock();
+            let mut shared = self.lock_shared(&state, name, &shared_guard);
+            let drain = state.drain(p, shared.as_deref_mut(), node, now);
+            let window = state.key_window(p.window_of(now));
+            let others = shared.as_deref().map_or(0, |x| x.live_others(p, now).count());
+            sweep.live_instances = sweep.live_instances.max(others + 1);
+            sweep.blocked += usize::from(state.blocked_at(p, window, now));
+            sweep.node_estimate = sweep.node_estimate.max(model::node_estimate(&state));
+            let (flight, entry, first_write) = match drain {
+                Drain::Send {
+                    flight,
+                    entry,
+                    first_write,
+                } => (flight, entry, first_write),
+                Drain::Quiet => continue,
+                Drain::Idle => {
+                    idle.push(name.clone());
+                    continue;
+                }
+            };
+            key_buf.clear();
+            sluice_store::CounterKey::write_encoded(&mut key_buf, &self.rule_id, name);
+            let store_key: Arc<str> = key_buf.as_str().into();
+            let carry_item = items.len();
+            if let Some(count) = flight.carry {
+                items.push(FlushItem {
+                    key: store_key.clone(),
+                    window: flight.window - 1,
+                    delta: count.into(),
+                    ttl: p.ttl(),
+                    entry: None,
+                    want_previous: false,
+                    // The window's key may not exist yet (the store was down all along).
+                    first_write: true,
+                });
+            }
+            let current_item = items.len();
+            if let Some(count) = flight.current {
+                items.push(FlushItem {
+                    key: store_key,
+                    window: flight.window,
+                    delta: count.into(),
+                    ttl: p.ttl(),
+                    entry,
+                    want_previous: first_write,
+                    first_write,
+                });
+            }
+            pending.push(PendingFlush {
+                name: name.clone(),
+                flight,
+                carry_item,
+                current_item,
+            });
+        }
+        for name in &idle {
+            self.keys.remove(name, &guard);
+            self.shared.remove(name, &shared_guard);
+        }
+        sweep.evicted = idle.len();
+        sweep
+    }
+
+    /// Applies a flush's answer to one key: `outcome(i)` is item `i`'s outcome, `None` where
+    /// the count did not reach the store. Returns whether all of the key's counts arrived.
+    pub(crate) fn apply<'a>(
+        &self,
+        pending: &PendingFlush,
+        outcome: impl Fn(usize) -> Option<&'a sluice_store::FlushOutcome>,
+        node: &str,
+        now: Nanos,
+    ) -> bool {
+        let guard = self.keys.guard();
+        let Some(key) = self.keys.get(&pending.name, &guard) else {
+            // Only idle keys are removed, and a key with counts in flight is not idle.
+            return false;
+        };
+        let flight = &pending.flight;
+        let replies = Replies {
+            carry: flight.carry.and_then(|_| outcome(pending.carry_item)),
+            current: flight.current.and_then(|_| outcome(pending.current_item)),
+        };
+        let mut state = key.lock();
+        if flight.current.is_none() {
+            // A flight with only a carry never touches the shared state.
+            return state.absorb(&self.params, &mut None, flight, replies, node, now);
+        }
+        // The shared state, taken out while the reply is applied (it is only ever touched
+        // under the key's lock, which is held) and put back or dropped at the end.
+        let shared_guard = self.shared.guard();
+        let slot = if state.has_shared() {
+            self.shared.get(&pending.name, &shared_guard)
+        } else {
+            None
+        };
+        let mut shared: Option<Shared> = slot.map(|x| std::mem::take(&mut *x.lock()));
+        let ok = state.absorb(&self.params, &mut shared, flight, replies, node, now);
+        // Keep the shared state while the key has others or a grace; drop it after.
+        match (shared, slot) {
+            (Some(x), slot) if x.needed(now) => {
+                match slot {
+                    Some(slot) => *slot.lock() = x,
+                    None => {
+                        self.shared
+                            .insert(pending.name.clone(), Mutex::new(x), &shared_guard);
+                    }
+                }
+                state.set_has_shared(true);
+            }
+            (_, Some(_)) => {
+                self.shared.remove(&pending.name, &shared_guard);
+                state.set_has_shared(false);
+            }
+            _ => {}
+        }
+        ok
+    }
+
+    /// The key's shared state, locked, if it has one (the caller holds the key's lock).
+    fn lock_shared<'g>(
+        &self,
+        state: &KeyState,
+        name: &str,
+        guard: &'g impl papaya::Guard,
+    ) -> Option<parking_lot::MutexGuard<'g, Shared>> {
+        state
+            .has_shared()
+            .then(|| self.shared.get(name, guard).map(|x| x.lock()))
+            .flatten()
+    }
+
+    pub(crate) fn key_info(&self, key: &str, now: Nanos) -> Option<crate::KeyInfo> {
+        let p = &self.params;
+        let guard = self.keys.guard();
+        let mut state = self.keys.get(key, &guard)?.lock();
+        let shared_guard = self.shared.guard();
+        let mut shared = self.lock_shared(&state, key, &shared_guard);
+        let w = p.window_of(now);
+        state.roll(p, shared.as_deref_mut(), w, now);
+        let window = state.key_window(w);
+        let window_start = p.window_start(window);
+        let shared = shared.as_deref();
+        Some(crate::KeyInfo {
+            rule_id: Arc::from(""),
+            window,
+            local: state.local(),
+            others_read: state.others_read(),
+            live_instances: shared.map_or(0, |x| x.live_others(p, now).count()) + 1,
+            node_estimate: model::node_estimate(&state),
+            estimate: model::estimate(p, &state, shared, window_start, now, StoreHealth::Answering),
+            blocked_until: state.blocked_until(p, window_start),
+            unflushed: state.unsent(),
+        })
+    }
+
+    /// Keys with shared state (tests).
+    #[cfg(test)]
+    pub(crate) fn shared_len(&self) -> usize {
+        self.shared.len()
+    }
+}

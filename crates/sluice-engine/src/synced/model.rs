@@ -1,0 +1,148 @@
+//! The predictive model's arithmetic, as pure functions of a key's state: the fallback share,
+//! the estimate of the global count, whether a shared key is far below its limit, this
+//! instance's demand share and its budget.
+
+use sluice_core::Nanos;
+
+use super::key_state::KeyState;
+use super::params::SyncedParams;
+use super::shared::{Budget, Shared};
+use crate::health::StoreHealth;
+
+/// Whether `cost` more fits one instance's share of the limit when `parties` instances split
+/// it and none knows the others' counts (the store is unreachable, or a key's first span):
+/// at most MAX/(parties x spans) in this span, rounded up so that a limit smaller than
+/// `parties x spans` still admits one per span instead of nothing, and at most MAX/parties
+/// (rounded up) in the window, so the rounding never adds up to more than the share.
+pub(crate) fn fits_share(
+    p: &SyncedParams,
+    parties: u64,
+    span_count: u64,
+    window_count: u64,
+    cost: u64,
+) -> bool {
+    let parties = parties.max(1);
+    let per_span = p.limit.div_ceil(parties.saturating_mul(p.spans.max(1)));
+    let per_window = p.limit.div_ceil(parties);
+    span_count + cost <= per_span && window_count + cost <= per_window
+}
+
+/// The seed's node estimate: the previous window's global count over this instance's, at
+/// least 1.
+pub(crate) fn node_estimate(key: &KeyState) -> u64 {
+    if key.prev_local == 0 {
+        return 1;
+    }
+    u64::from(key.prev_global / key.prev_local).max(1)
+}
+
+/// Predictive estimate of the global count in the key's window at `now`.
+pub(crate) fn estimate(
+    p: &SyncedParams,
+    key: &KeyState,
+    shared: Option<&Shared>,
+    window_start: Nanos,
+    now: Nanos,
+    health: StoreHealth,
+) -> f64 {
+    let mut others = 0.0;
+    if let Some(shared) = shared {
+        for o in &shared.others {
+            others += f64::from(o.count);
+            // An entry not refreshed for two spans belongs to an instance that left; while
+            // the store is silent nobody refreshes, so entries do not go stale then.
+            if !health.answering() || shared.live(p, o, now) {
+                others += o.demand.hits_in(now.saturating_sub(o.at.max(window_start)));
+            }
+        }
+    }
+    let local = f64::from(key.local);
+    // What this instance knows for sure: the total it read (its own count at that moment
+    // included) plus what it admitted since.
+    let mut estimate = (local + others).max(local + f64::from(key.others_read));
+    if p.sliding {
+        let elapsed = now.saturating_sub(window_start).min(p.window_ns);
+        estimate += f64::from(key.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
+    }
+    estimate
+}
+
+/// Whether a shared key is far below its limit: the estimate, grown for two more spans at
+/// the key's known demand (this instance's and every live other's), stays under half the
+/// limit. Such a key needs no entries until it nears the limit: the total `INCRBY` returns
+/// bounds the estimate from below, and the others count as one unlisted group meanwhile.
+pub(crate) fn far_below(
+    p: &SyncedParams,
+    key: &KeyState,
+    shared: &Shared,
+    window_start: Nanos,
+    now: Nanos,
+) -> bool {
+    if shared.in_grace(now) {
+        // After an outage the entries are what tells the others' counts on their way.
+        return false;
+    }
+    let rate = key.demand.per_ns()
+        + shared
+            .live_others(p, now)
+            .map(|o| o.demand.per_ns())
+            .sum::<f64>();
+    let grown = estimate(p, key, Some(shared), window_start, now, StoreHealth::Answering)
+        + rate * (2 * p.span_ns) as f64;
+    grown < p.limit as f64 / 2.0
+}
+
+/// This instance's share of the key's demand (its demand over all live instances').
+pub(crate) fn share(p: &SyncedParams, key: &KeyState, shared: &Shared, now: Nanos) -> f64 {
+    let rate = key.demand.per_ns();
+    let (mut total, mut live) = (rate, 1.0);
+    for o in shared.live_others(p, now) {
+        total += o.demand.per_ns();
+        live += 1.0;
+    }
+    if total > 0.0 {
+        (rate / total).clamp(0.0, 1.0)
+    } else {
+        1.0 / live
+    }
+}
+
+/// This instance's budget until its next flush reply: its share of the room the estimate
+/// leaves in the window. Only keys with others have one: alone, the share is 1 and the budget
+/// check is the estimate check.
+pub(crate) fn budget(
+    p: &SyncedParams,
+    key: &KeyState,
+    shared: &Shared,
+    window_start: Nanos,
+    now: Nanos,
+) -> Budget {
+    let estimate = estimate(p, key, Some(shared), window_start, now, StoreHealth::Answering);
+    let room = (p.limit as f64 - estimate).max(0.0);
+    let share = share(p, key, shared, now);
+    Budget {
+        // `room` is at most the limit, a 32-bit count (the cast saturates anyway).
+        amount: (room * share).floor() as u32,
+        local_at: key.local,
+        share: share as f32,
+        at: now,
+        ..Budget::default()
+    }
+}
+
+/// The budget at `now`: with a sliding window it grows as the previous window's weight decays.
+pub(crate) fn budget_now(
+    p: &SyncedParams,
+    key: &KeyState,
+    budget: &Budget,
+    window_start: Nanos,
+    now: Nanos,
+) -> u64 {
+    if !p.sliding {
+        return budget.amount.into();
+    }
+    // The decay since the budget was set, within this window.
+    let from = budget.at.max(window_start);
+    let freed = f64::from(key.prev_global) * now.saturating_sub(from) as f64 / p.window_ns as f64;
+    u64::from(budget.amount) + (freed * f64::from(budget.share)).floor() as u64
+}

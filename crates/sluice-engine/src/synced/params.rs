@@ -1,0 +1,58 @@
+//! A synced rule's settings, and the window and span arithmetic on them.
+
+use std::time::Duration;
+
+use sluice_config::Policy;
+use sluice_core::Nanos;
+
+use super::time::Timeline;
+
+/// A rule's synced settings.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SyncedParams {
+    /// At most `u32::MAX` (the config refuses more): counts are 32-bit.
+    pub limit: u64,
+    pub window_ns: u64,
+    pub spans: u64,
+    pub span_ns: u64,
+    /// Zero: blocked until the window ends.
+    pub cooldown_ns: u64,
+    pub policy: Policy,
+    /// Add the previous window's weighted total (sliding window counter estimate).
+    pub sliding: bool,
+    /// Instances the deployment expects (`EngineOptions::expected_instances`).
+    pub expected_instances: u64,
+}
+
+impl SyncedParams {
+    /// How long a window's keys live in the store: two windows.
+    pub(crate) fn ttl(&self) -> Duration {
+        Duration::from_nanos(self.window_ns.saturating_mul(2))
+    }
+
+    /// The number of the window `now` falls in.
+    pub(crate) fn window_of(&self, now: Nanos) -> u64 {
+        now / self.window_ns
+    }
+
+    pub(crate) fn window_start(&self, window: u64) -> Nanos {
+        window.saturating_mul(self.window_ns)
+    }
+
+    /// The number of the span `now` falls in.
+    pub(crate) fn span_of(&self, now: Nanos) -> u64 {
+        now / self.span_ns
+    }
+
+    /// Whether the rule exchanges per-instance entries and budgets (`predictive`), rather
+    /// than scaling its own count by the node estimate (`reactive`).
+    pub(crate) fn predictive(&self) -> bool {
+        self.policy != Policy::Reactive
+    }
+
+    /// How the key's times are kept: offsets from its window start in `window / 2^28` (at
+    /// least 1 ns), so 32 bits reach four windows either way (a cooldown is at most a window).
+    pub(crate) fn timeline(&self) -> Timeline {
+        Timeline::new((self.window_ns >> 28).max(1))
+    }
+}

@@ -1,0 +1,288 @@
+//! `SyncedRule` over its keys: flushes, replies, windows, the shared state's lifecycle.
+
+use std::sync::Arc;
+
+use sluice_config::Policy;
+use sluice_core::{Decision, Nanos};
+use sluice_store::{FlushOutcome, NodeEntry};
+
+use super::{KeyState, PendingFlush, SyncedParams, SyncedRule};
+use crate::health::StoreHealth::{Answering, Unreachable};
+use crate::verdict::Reason;
+
+/// Applies `outcomes` (one per item of the flush) to a key's pending flush.
+fn answer(r: &SyncedRule, p: &PendingFlush, outcomes: &[FlushOutcome], t: Nanos) -> bool {
+    r.apply(p, |i| outcomes.get(i), "me", t)
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
+    let params = SyncedParams {
+        limit,
+        window_ns,
+        spans: 4,
+        span_ns: window_ns / 4,
+        cooldown_ns,
+        policy: Policy::Predictive,
+        sliding: false,
+        expected_instances: 1,
+    };
+    SyncedRule::new(params, Arc::from("d/user"))
+}
+
+fn allowed(d: &(Decision, Option<Reason>)) -> bool {
+    matches!(d.0, Decision::Allowed(_))
+}
+
+#[test]
+fn the_window_number_survives_its_low_32_bits_wrapping() {
+    let core = KeyState::in_window(u32::MAX);
+    let w = (1u64 << 32) + 1;
+    assert_eq!(core.key_window(w), (1u64 << 32) - 1);
+    let ahead = KeyState::in_window(2);
+    // A clock that went back: the key's window is ahead of now's.
+    assert_eq!(ahead.key_window((1u64 << 32) + 1), (1u64 << 32) + 2);
+}
+
+#[test]
+fn a_cooldown_that_crosses_the_window_end_keeps_its_time() {
+    let window = 60 * SECOND;
+    let r = rule(10, window, 40 * SECOND);
+    let t0 = 1_000 * window + 50 * SECOND;
+    let mut items = Vec::new();
+    let mut pending = Vec::new();
+    assert!(allowed(&r.check("k", t0, 1, Answering)));
+    r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
+    let outcome = FlushOutcome {
+        total: 11,
+        previous_total: Some(0),
+        entries: Vec::new(),
+    };
+    answer(&r, &pending[0], &[outcome], t0);
+    // Blocked for 40 s from t0, i.e. 30 s into the next window.
+    let (d, reason) = r.check("k", t0 + 39 * SECOND, 1, Answering);
+    assert_eq!(reason, Some(Reason::GlobalBlock));
+    let Decision::Denied(denied) = d else {
+        panic!("{d:?}")
+    };
+    let retry = denied.retry_after.as_nanos() as u64;
+    assert!((SECOND..SECOND + 1_000).contains(&retry), "{retry}");
+    assert!(allowed(&r.check("k", t0 + 40 * SECOND + 1_000, 1, Answering)));
+}
+
+#[test]
+fn a_key_idle_for_years_of_spans_starts_afresh() {
+    let window = SECOND;
+    let r = rule(5, window, 0);
+    let t0 = 1_000_000 * window;
+    for _ in 0..5 {
+        assert!(allowed(&r.check("k", t0, 1, Answering)));
+    }
+    assert!(!allowed(&r.check("k", t0, 1, Answering)));
+    // 2^16 + 3 windows later (never swept): the span's low bits look the same as before,
+    // the window's do not; nothing from the old window counts.
+    let later = t0 + ((1 << 16) + 3) * window;
+    for _ in 0..5 {
+        assert!(allowed(&r.check("k", later, 1, Answering)));
+    }
+    let info = r.key_info("k", later).unwrap();
+    assert_eq!((info.local, info.unflushed, info.blocked_until), (5, 5, 0));
+}
+
+#[test]
+fn totals_beyond_32_bits_saturate_and_block() {
+    let r = rule(u64::from(u32::MAX), SECOND, 0);
+    let t0 = 7 * SECOND;
+    assert!(allowed(&r.check("k", t0, 1, Answering)));
+    let mut items = Vec::new();
+    let mut pending = Vec::new();
+    r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
+    let outcome = FlushOutcome {
+        total: u64::MAX,
+        previous_total: Some(u64::MAX),
+        entries: Vec::new(),
+    };
+    assert!(answer(&r, &pending[0], &[outcome], t0));
+    let (_, reason) = r.check("k", t0 + 1, 1, Answering);
+    assert_eq!(reason, Some(Reason::GlobalBlock));
+    let info = r.key_info("k", t0 + 1).unwrap();
+    assert_eq!(info.others_read, u64::from(u32::MAX));
+}
+
+/// Another instance's entry as the store returns it: flushed at `at`, 1 hit a second.
+fn node_entry(node: &str, count: u64, at: Nanos) -> NodeEntry {
+    NodeEntry {
+        node: Arc::from(node),
+        count,
+        at_ms: at / 1_000_000,
+        rate_milli: 1_000,
+    }
+}
+
+#[test]
+fn only_shared_keys_have_an_extension_and_only_while_shared() {
+    let window = 60 * SECOND;
+    let r = rule(100, window, 0);
+    let me: Arc<str> = Arc::from("me");
+    let t0 = 100 * window;
+    let flush = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
+        let (mut items, mut pending) = (Vec::new(), Vec::new());
+        r.prepare_flush(t, &me, &mut items, &mut pending);
+        let outcome = FlushOutcome {
+            total,
+            previous_total: Some(0),
+            entries,
+        };
+        assert!(answer(&r, &pending[0], &[outcome], t));
+    };
+    assert!(r.check("alone", t0, 1, Answering).0.is_allowed());
+    assert!(r.check("shared", t0, 1, Answering).0.is_allowed());
+    let (mut items, mut pending) = (Vec::new(), Vec::new());
+    r.prepare_flush(t0, &me, &mut items, &mut pending);
+    let results: Vec<_> = items
+        .iter()
+        .map(|item| {
+            let shared = item.key.contains("shared");
+            FlushOutcome {
+                total: if shared { 11 } else { 1 },
+                previous_total: Some(0),
+                entries: if shared {
+                    vec![node_entry("me", 1, t0), node_entry("other", 10, t0)]
+                } else {
+                    vec![node_entry("me", 1, t0)]
+                },
+            }
+        })
+        .collect();
+    for p in &pending {
+        assert!(answer(&r, p, &results, t0));
+    }
+    assert_eq!(r.shared_len(), 1);
+    assert_eq!(r.key_info("shared", t0).unwrap().live_instances, 2);
+    assert_eq!(r.key_info("alone", t0).unwrap().live_instances, 1);
+    // The other instance stops; three spans later its entry is stale and the extension goes.
+    let t1 = t0 + 3 * (window / 4);
+    // (Denied: this instance's demand share was 0 at the last reply, but the hit is
+    // offered, so the key flushes.)
+    assert!(!r.check("shared", t1, 1, Answering).0.is_allowed());
+    flush(
+        t1,
+        11,
+        vec![node_entry("me", 1, t1), node_entry("other", 10, t0)],
+    );
+    assert_eq!(r.shared_len(), 0);
+    assert_eq!(r.key_info("shared", t1).unwrap().live_instances, 1);
+}
+
+#[test]
+fn a_shared_key_far_below_its_limit_sends_only_its_count_until_it_nears_half() {
+    let window = 60 * SECOND;
+    let span = window / 4;
+    let r = rule(1000, window, 0);
+    let me: Arc<str> = Arc::from("me");
+    // The other instance: 1 hit a second.
+    let other = |count: u64, at: Nanos| node_entry("other", count, at);
+    // One hit, a second later a flush; returns whether it carried this instance's entry.
+    let round = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
+        assert!(r.check("k", t - SECOND, 1, Answering).0.is_allowed());
+        let (mut items, mut pending) = (Vec::new(), Vec::new());
+        r.prepare_flush(t, &me, &mut items, &mut pending);
+        let sent_entry = items[0].entry.is_some();
+        let outcome = FlushOutcome {
+            total,
+            previous_total: Some(0),
+            entries,
+        };
+        assert!(answer(&r, &pending[0], &[outcome], t));
+        sent_entry
+    };
+    let t0 = 100 * window + SECOND;
+    let mine = |count: u64, at: Nanos| node_entry("me", count, at);
+    // The key's first flush in the window exchanges entries and finds the other.
+    assert!(round(t0, 2, vec![mine(1, t0), other(1, t0)]));
+    assert_eq!(r.key_info("k", t0).unwrap().live_instances, 2);
+    // Far below 1000 (an estimate of ~18, growing ~30 in two spans): only the count goes;
+    // the others become one unlisted group holding what the total shows beyond ours.
+    assert!(!round(t0 + span, 40, vec![]));
+    let info = r.key_info("k", t0 + span).unwrap();
+    assert_eq!((info.others_read, info.live_instances), (38, 2));
+    assert!(info.estimate >= 40.0, "{info:?}");
+    // Two spans later the total is 600: past half the limit, the next flush exchanges
+    // entries again.
+    let t2 = t0 + 3 * span;
+    assert!(!round(t2, 600, vec![]));
+    // The others (597 of it) grew 559 in the two spans since the last reply: they are
+    // extrapolated at that recent rate (18.6/s), not at their window average (13/s).
+    let info = r.key_info("k", t2 + 5 * SECOND).unwrap();
+    assert!(info.estimate > 685.0, "{info:?}");
+    let t3 = t2 + 2 * SECOND;
+    assert!(round(t3, 601, vec![mine(4, t3), other(597, t2)]));
+    // A new window: the first flush exchanges entries whatever the count.
+    let t4 = t0 + window;
+    assert!(round(t4, 2, vec![mine(1, t4), other(1, t4)]));
+}
+
+#[test]
+fn an_instance_named_like_the_unlisted_group_is_still_an_instance() {
+    // The unlisted group is told by its name's allocation, not its text: another instance
+    // that happens to be called "(unlisted)" is carried into the next window like any other
+    // (the group is worked out afresh from each total and would be dropped).
+    let window = 60 * SECOND;
+    let r = rule(1000, window, 0);
+    let me: Arc<str> = Arc::from("me");
+    let round = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
+        assert!(r.check("k", t, 1, Answering).0.is_allowed());
+        let (mut items, mut pending) = (Vec::new(), Vec::new());
+        r.prepare_flush(t, &me, &mut items, &mut pending);
+        assert!(
+            items[0].entry.is_some(),
+            "a window's first flush exchanges entries"
+        );
+        let outcome = FlushOutcome {
+            total,
+            previous_total: Some(0),
+            entries,
+        };
+        assert!(answer(&r, &pending[0], &[outcome], t));
+    };
+    let t0 = 100 * window + 50 * SECOND;
+    round(
+        t0,
+        2,
+        vec![
+            node_entry("me", 1, t0),
+            node_entry("(unlisted)", 1, t0 - SECOND),
+        ],
+    );
+    assert_eq!(r.key_info("k", t0).unwrap().live_instances, 2);
+    // The next window's first flush, before the other flushed in it: still two.
+    let t1 = 101 * window + SECOND;
+    round(t1, 1, vec![node_entry("me", 1, t1)]);
+    assert_eq!(r.key_info("k", t1).unwrap().live_instances, 2);
+}
+
+#[test]
+fn a_failed_flush_puts_its_counts_back_in_their_windows() {
+    let window = 10 * SECOND;
+    let r = rule(100, window, 0);
+    let t0 = 50 * window + 9 * SECOND;
+    for _ in 0..3 {
+        assert!(r.check("k", t0, 1, Answering).0.is_allowed());
+    }
+    let mut items = Vec::new();
+    let mut pending = Vec::new();
+    r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
+    assert_eq!(r.key_info("k", t0).unwrap().unflushed, 0);
+    // The reply fails after the window ended: the 3 go to the carry, counted once.
+    let t1 = t0 + 2 * SECOND;
+    assert!(r.check("k", t1, 1, Unreachable).0.is_allowed());
+    assert!(!r.apply(&pending[0], |_| None, "me", t1));
+    let info = r.key_info("k", t1).unwrap();
+    assert_eq!((info.local, info.unflushed), (1, 4));
+    items.clear();
+    pending.clear();
+    r.prepare_flush(t1, &Arc::from("me"), &mut items, &mut pending);
+    let sent: Vec<(u64, u64)> = items.iter().map(|i| (i.window, i.delta)).collect();
+    assert_eq!(sent, [(50, 3), (51, 1)]);
+}

@@ -1,0 +1,186 @@
+//! The rule table: every domain's rules, each with its limiter, built from a validated
+//! [`RuleSet`] (keeping the limiters of unchanged rules across a reload).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use metrics::counter;
+use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, ResolvedLimit, Rule, RuleSet};
+use sluice_config::RuleSettings;
+use sluice_core::Clock;
+
+use crate::EngineOptions;
+use crate::exact::ExactRule;
+use crate::local::LocalLimiter;
+use crate::rule::{RuleEngine, RuleKind};
+use crate::synced::{SyncedParams, SyncedRule};
+
+/// One domain: its matcher and its rules, in the domain's rule order.
+pub(crate) struct DomainTable {
+    pub domain: Domain,
+    pub rules: Vec<RuleEngine>,
+}
+
+/// Every domain's rules.
+pub(crate) struct RuleTable {
+    domains: HashMap<String, DomainTable, foldhash::fast::RandomState>,
+    /// The shortest span among synced rules; zero when there are none.
+    min_span_ns: u64,
+    has_exact: bool,
+}
+
+impl RuleTable {
+    /// Builds the table; rules of `previous` whose id and resolved settings are unchanged
+    /// keep their limiter (and so their counters).
+    pub(crate) fn build(
+        rules: &RuleSet,
+        defaults: &RuleSettings,
+        clock: &Arc<dyn Clock>,
+        options: &EngineOptions,
+        previous: Option<&RuleTable>,
+    ) -> Self {
+        let mut domains = HashMap::default();
+        for domain in rules.domains() {
+            let engines = domain
+                .rules()
+                .iter()
+                .map(|rule| {
+                    let settings = match &rule.limit {
+                        Limit::Unlimited => None,
+                        Limit::Limited(spec) => Some(spec.resolve(defaults)),
+                    };
+                    let kept = previous.and_then(|p| {
+                        p.rules()
+                            .find(|r| *r.id == *rule.id && r.settings == settings)
+                            .map(|r| Arc::clone(&r.kind))
+                    });
+                    rule_engine(domain, rule, settings, kept, clock, options)
+                })
+                .collect();
+            let table = DomainTable {
+                domain: domain.clone(),
+                rules: engines,
+            };
+            domains.insert(domain.name().to_owned(), table);
+        }
+        let mut table = Self {
+            domains,
+            min_span_ns: 0,
+            has_exact: false,
+        };
+        let synced = table.rules().filter_map(|r| match &*r.kind {
+            RuleKind::Synced(s) => Some(s.params.span_ns),
+            _ => None,
+        });
+        let min_span_ns = synced.min().unwrap_or(0);
+        table.min_span_ns = min_span_ns;
+        let has_exact = table
+            .rules()
+            .any(|r| matches!(*r.kind, RuleKind::Exact(_)));
+        table.has_exact = has_exact;
+        table
+    }
+
+    pub(crate) fn rules(&self) -> impl Iterator<Item = &RuleEngine> {
+        self.domains.values().flat_map(|t| t.rules.iter())
+    }
+
+    pub(crate) fn domain(&self, name: &str) -> Option<&DomainTable> {
+        self.domains.get(name)
+    }
+
+    /// The shortest span among synced rules; zero when there are none.
+    pub(crate) fn min_span_ns(&self) -> u64 {
+        self.min_span_ns
+    }
+
+    pub(crate) fn has_synced(&self) -> bool {
+        self.min_span_ns > 0
+    }
+
+    pub(crate) fn has_exact(&self) -> bool {
+        self.has_exact
+    }
+}
+
+/// The mode a rule runs in here: `synced` needs a shared store and a window algorithm.
+fn effective_mode(rule: &Rule, r: &ResolvedLimit, options: &EngineOptions) -> Mode {
+    let window_algorithm = matches!(
+        r.algorithm,
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow
+    );
+    match r.mode {
+        Mode::Synced if !options.shared_store => Mode::Local,
+        Mode::Synced if !window_algorithm => {
+            tracing::warn!(rule = %rule.id, algorithm = r.algorithm.name(), "synced mode counts windows; this algorithm runs locally on each instance");
+            Mode::Local
+        }
+        m => m,
+    }
+}
+
+/// A rule's limiter and its policy's name.
+fn limiter(
+    rule: &Rule,
+    r: &ResolvedLimit,
+    clock: &Arc<dyn Clock>,
+    options: &EngineOptions,
+) -> (RuleKind, &'static str) {
+    match effective_mode(rule, r, options) {
+        Mode::Synced => {
+            let params = SyncedParams {
+                limit: r.rate.limit(),
+                window_ns: r.rate.window_ns(),
+                spans: u64::from(r.spans),
+                span_ns: (r.rate.window_ns() / u64::from(r.spans)).max(1),
+                cooldown_ns: sluice_core::duration_to_nanos(r.cooldown),
+                policy: r.policy,
+                sliding: r.algorithm == AlgorithmKind::SlidingWindow,
+                expected_instances: options.expected_instances.max(1),
+            };
+            let policy = match r.policy {
+                Policy::Reactive => "reactive",
+                _ => "predictive",
+            };
+            let id: Arc<str> = rule.id.as_str().into();
+            (RuleKind::Synced(SyncedRule::new(params, id)), policy)
+        }
+        Mode::Exact => {
+            let exact = ExactRule::new(r, options.expected_instances, clock.clone());
+            (RuleKind::Exact(exact), "exact")
+        }
+        _ => {
+            let local = LocalLimiter::new(r, r.rate, clock.clone());
+            (RuleKind::Local(local), "local")
+        }
+    }
+}
+
+fn rule_engine(
+    domain: &Domain,
+    rule: &Rule,
+    settings: Option<ResolvedLimit>,
+    kept: Option<Arc<RuleKind>>,
+    clock: &Arc<dyn Clock>,
+    options: &EngineOptions,
+) -> RuleEngine {
+    let (kind, policy) = match &settings {
+        None => (RuleKind::Unlimited, "unlimited"),
+        Some(r) => limiter(rule, r, clock, options),
+    };
+    let allowed = counter!("sluice_decisions_total", "domain" => domain.name().to_owned(), "rule" => rule.id.clone(), "outcome" => "allowed", "reason" => "");
+    RuleEngine {
+        id: rule.id.as_str().into(),
+        name: rule.name.as_deref().map(Arc::from),
+        shadow: rule.shadow_mode,
+        limit: settings.as_ref().map(|r| (r.rate.limit(), r.rate.window())),
+        capacity: settings.as_ref().map_or(u64::MAX, crate::local::capacity_of),
+        policy,
+        kind: kept.unwrap_or_else(|| Arc::new(kind)),
+        settings,
+        overflow: std::sync::OnceLock::new(),
+        flushed_span: AtomicU64::new(0),
+        allowed,
+    }
+}
