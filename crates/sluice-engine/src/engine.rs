@@ -226,7 +226,9 @@ impl Engine {
             };
             let entries = descriptors[m.descriptor].as_ref();
             let max_keys = self.options.max_keys_per_rule;
-            let (decision, reason) = rule.check(&self.flusher, max_keys, entries, now, cost).await;
+            let (decision, reason) = rule
+                .check(&self.flusher, max_keys, entries, now, cost)
+                .await;
             let outcome = outcome_of(rule, &decision);
             count_decision(domain, rule, outcome, reason);
             if matches!(outcome, Outcome::Denied | Outcome::CostExceedsLimit) {

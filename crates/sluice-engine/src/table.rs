@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use metrics::counter;
-use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, ResolvedLimit, Rule, RuleSet};
 use sluice_config::RuleSettings;
+use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, ResolvedLimit, Rule, RuleSet};
 use sluice_core::Clock;
 
 use crate::EngineOptions;
@@ -75,9 +75,7 @@ impl RuleTable {
         });
         let min_span_ns = synced.min().unwrap_or(0);
         table.min_span_ns = min_span_ns;
-        let has_exact = table
-            .rules()
-            .any(|r| matches!(*r.kind, RuleKind::Exact(_)));
+        let has_exact = table.rules().any(|r| matches!(*r.kind, RuleKind::Exact(_)));
         table.has_exact = has_exact;
         table
     }
@@ -175,7 +173,9 @@ fn rule_engine(
         name: rule.name.as_deref().map(Arc::from),
         shadow: rule.shadow_mode,
         limit: settings.as_ref().map(|r| (r.rate.limit(), r.rate.window())),
-        capacity: settings.as_ref().map_or(u64::MAX, crate::local::capacity_of),
+        capacity: settings
+            .as_ref()
+            .map_or(u64::MAX, crate::local::capacity_of),
         policy,
         kind: kept.unwrap_or_else(|| Arc::new(kind)),
         settings,

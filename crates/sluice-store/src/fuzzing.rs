@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::StoreError;
 use crate::redis::slots::parse_slots;
-use crate::redis::{NodeNames, flush_pipeline, parse_exact, parse_time, read_item};
+use crate::redis::{
+    NodeNames, flush_pipeline, map_server_error, parse_exact, parse_time, read_item,
+};
 use crate::{FlushItem, NodeEntry};
 
 /// Decodes `resp` (RESP2 or RESP3 bytes) as every reply Sluice reads from Redis: a flush
@@ -21,9 +24,13 @@ pub fn decode_replies(resp: &[u8]) {
     let _ = parse_exact("fuzz", &reply, 3);
     let _ = parse_slots(&reply);
     // The reply as a whole pipeline's replies, read back for items with and without entries.
-    let replies: Vec<Result<Value, String>> = match &reply {
-        Value::Array(parts) => parts.iter().cloned().map(Ok).collect(),
-        other => vec![Ok(other.clone())],
+    let as_reply = |v: &Value| match v {
+        Value::ServerError(e) => Err(map_server_error(e)),
+        v => Ok(v.clone()),
+    };
+    let replies: Vec<Result<Value, StoreError>> = match &reply {
+        Value::Array(parts) => parts.iter().map(as_reply).collect(),
+        other => vec![as_reply(other)],
     };
     let entry = NodeEntry {
         node: Arc::from("fuzz-1"),

@@ -198,10 +198,12 @@ impl Delivery {
                 Ok(outcome) => ItemResult::Landed(outcome),
                 Err(e) => ItemResult::Failed(e),
             });
-            let missing = || ItemResult::Failed(StoreError::BadReply {
-                key: String::new(),
-                detail: "the store answered fewer items than were sent".into(),
-            });
+            let missing = || {
+                ItemResult::Failed(StoreError::BadReply {
+                    key: String::new(),
+                    detail: "the store answered fewer items than were sent".into(),
+                })
+            };
             let results = items
                 .iter()
                 .map(|item| match is_held(item) {

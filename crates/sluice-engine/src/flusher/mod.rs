@@ -65,18 +65,9 @@ pub(crate) struct Flusher {
 /// Nanoseconds between probes of an idle store.
 const PROBE_EVERY_NS: u64 = 1_000_000_000;
 
-fn store_error_kind(e: &StoreError) -> &'static str {
-    match e {
-        StoreError::Unavailable(_) => "unavailable",
-        StoreError::Timeout(_) => "timeout",
-        StoreError::BadReply { .. } => "bad_reply",
-        _ => "refused",
-    }
-}
-
 /// Counts a store error in `sluice_store_errors_total` (flushes, probes and exact mode alike).
 pub(crate) fn count_store_error(e: &StoreError) {
-    counter!("sluice_store_errors_total", "kind" => store_error_kind(e)).increment(1);
+    counter!("sluice_store_errors_total", "kind" => e.kind()).increment(1);
 }
 
 impl Flusher {
@@ -171,7 +162,12 @@ impl Flusher {
                 let now = self.now();
                 for (rule, p) in &pending {
                     if let RuleKind::Synced(synced) = &*rule.kind
-                        && !synced.apply(p, |i| sent.results.get(i).and_then(ItemResult::outcome), &self.node, now)
+                        && !synced.apply(
+                            p,
+                            |i| sent.results.get(i).and_then(ItemResult::outcome),
+                            &self.node,
+                            now,
+                        )
                     {
                         report.failed += 1;
                     }

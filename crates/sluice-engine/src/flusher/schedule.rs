@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::Engine;
 
-
 /// Flushes the engine `current()` returns (it may change: a reload swaps engines) at every
 /// span boundary of its rules, at least once a second, calling `after_flush` after each tick,
 /// until `shutdown` resolves; then flushes everything once more and returns that flush's report.

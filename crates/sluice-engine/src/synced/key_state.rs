@@ -66,6 +66,12 @@ impl KeyState {
             ..Self::default()
         }
     }
+
+    /// The key's window (as of window `w`), its unsent count there and the previous window's
+    /// carried count.
+    pub(crate) fn pending(&self, w: u64) -> (u64, u32, u32) {
+        (self.key_window(w), self.unflushed, self.carry)
+    }
 }
 
 /// Counts a flush carries for one key, and the window they belong to: what the key needs back

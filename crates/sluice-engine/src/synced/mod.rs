@@ -157,7 +157,9 @@ impl SyncedRule {
             let mut shared = self.lock_shared(&state, name, &shared_guard);
             let drain = state.drain(p, shared.as_deref_mut(), node, now);
             let window = state.key_window(p.window_of(now));
-            let others = shared.as_deref().map_or(0, |x| x.live_others(p, now).count());
+            let others = shared
+                .as_deref()
+                .map_or(0, |x| x.live_others(p, now).count());
             sweep.live_instances = sweep.live_instances.max(others + 1);
             sweep.blocked += usize::from(state.blocked_at(p, window, now));
             sweep.node_estimate = sweep.node_estimate.max(model::node_estimate(&state));

@@ -87,8 +87,14 @@ pub(crate) fn far_below(
             .live_others(p, now)
             .map(|o| o.demand.per_ns())
             .sum::<f64>();
-    let grown = estimate(p, key, Some(shared), window_start, now, StoreHealth::Answering)
-        + rate * (2 * p.span_ns) as f64;
+    let grown = estimate(
+        p,
+        key,
+        Some(shared),
+        window_start,
+        now,
+        StoreHealth::Answering,
+    ) + rate * (2 * p.span_ns) as f64;
     grown < p.limit as f64 / 2.0
 }
 
@@ -117,7 +123,14 @@ pub(crate) fn budget(
     window_start: Nanos,
     now: Nanos,
 ) -> Budget {
-    let estimate = estimate(p, key, Some(shared), window_start, now, StoreHealth::Answering);
+    let estimate = estimate(
+        p,
+        key,
+        Some(shared),
+        window_start,
+        now,
+        StoreHealth::Answering,
+    );
     let room = (p.limit as f64 - estimate).max(0.0);
     let share = share(p, key, shared, now);
     Budget {

@@ -68,7 +68,12 @@ fn a_cooldown_that_crosses_the_window_end_keeps_its_time() {
     };
     let retry = denied.retry_after.as_nanos() as u64;
     assert!((SECOND..SECOND + 1_000).contains(&retry), "{retry}");
-    assert!(allowed(&r.check("k", t0 + 40 * SECOND + 1_000, 1, Answering)));
+    assert!(allowed(&r.check(
+        "k",
+        t0 + 40 * SECOND + 1_000,
+        1,
+        Answering
+    )));
 }
 
 #[test]

@@ -78,7 +78,6 @@ impl Timeline {
 pub(crate) struct Demand(f32);
 
 impl Demand {
-
     /// From the store's thousandths of hits per second.
     pub(crate) fn from_store_milli(rate_milli: u64) -> Self {
         Demand((rate_milli as f64 / 1e12) as f32)

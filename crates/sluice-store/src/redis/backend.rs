@@ -1,5 +1,6 @@
 //! Connections to the three kinds of deployment.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,8 @@ use tokio::sync::OnceCell;
 
 use super::slots::{SlotMap, group_by_node, parse_slots};
 use super::{
-    NodeNames, RedisStoreOptions, RedisTarget, flush_pipeline, map_error, parse_time, read_item,
+    NodeNames, RedisStoreOptions, RedisTarget, flush_pipeline, map_error, map_server_error,
+    parse_time, read_item,
 };
 use crate::{FlushItem, FlushOutcome, FlushReceipt, FlushReply, StoreError};
 
@@ -448,20 +450,24 @@ impl ClusterBackend {
             )));
         }
         let mut tasks = tokio::task::JoinSet::new();
+        // Which items each node's task carries, so that a task that never answers (it
+        // panicked) leaves its items in doubt rather than failed.
+        let mut carried: HashMap<tokio::task::Id, Vec<usize>> = HashMap::new();
         for ((host, port), members) in by_node {
             let owned: Vec<FlushItem> = members.iter().map(|&i| items[i].clone()).collect();
             let mut conn = conn.clone();
             let receipt = receipt.cloned();
-            tasks.spawn(async move {
+            let ours = members.clone();
+            let task = tasks.spawn(async move {
                 let refs: Vec<&FlushItem> = owned.iter().collect();
                 let (pipe, plans, count) = flush_pipeline(&refs, receipt.as_ref(), true);
                 let route = SingleNodeRoutingInfo::ByAddress { host, port };
                 let raw = conn.route_pipeline(pipe, 0, count, route).await;
                 let outcome = raw.map(|values| {
-                    let replies: Vec<Result<Value, String>> = values
+                    let replies: Vec<Result<Value, StoreError>> = values
                         .into_iter()
                         .map(|v| match v {
-                            Value::ServerError(e) => Err(format!("{e:?}")),
+                            Value::ServerError(e) => Err(map_server_error(&e)),
                             v => Ok(v),
                         })
                         .collect();
@@ -479,12 +485,23 @@ impl ClusterBackend {
                 });
                 (members, outcome)
             });
+            carried.insert(task.id(), ours);
         }
         let mut round_trips = 0;
         let mut store_time = None;
         while let Some(done) = tasks.join_next().await {
-            let Ok((members, outcome)) = done else {
-                continue;
+            let (members, outcome) = match done {
+                Ok(done) => done,
+                Err(e) => {
+                    // The pipeline may or may not have been applied: its outcome is unknown.
+                    let error = StoreError::Unavailable(format!(
+                        "the flush to one cluster node ended without an answer: {e}"
+                    ));
+                    for i in carried.remove(&e.id()).unwrap_or_default() {
+                        results[i] = Err(error.clone());
+                    }
+                    continue;
+                }
             };
             round_trips += 1;
             match outcome {

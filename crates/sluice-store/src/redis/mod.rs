@@ -109,11 +109,39 @@ pub enum RedisTarget {
     },
 }
 
+/// Classifies a redis-rs error once, by its kind: the connection (unavailable), a topology
+/// change (read-only replica, moved slot), or a refusal.
 pub(crate) fn map_error(e: &RedisError) -> StoreError {
     if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Refused(e.to_string())
+        return StoreError::Unavailable(e.to_string());
+    }
+    match e.kind() {
+        redis::ErrorKind::Server(kind) => classify_server(kind, e.to_string()),
+        redis::ErrorKind::ClusterConnectionNotFound => StoreError::Unavailable(e.to_string()),
+        _ => StoreError::Refused(e.to_string()),
+    }
+}
+
+/// Classifies an error reply of one command in a pipeline.
+pub(crate) fn map_server_error(e: &redis::ServerError) -> StoreError {
+    let message = match e.details() {
+        Some(details) => format!("{} {details}", e.code()),
+        None => e.code().to_owned(),
+    };
+    match e.kind() {
+        Some(kind) => classify_server(kind, message),
+        None => StoreError::Refused(message),
+    }
+}
+
+fn classify_server(kind: redis::ServerErrorKind, message: String) -> StoreError {
+    use redis::ServerErrorKind as K;
+    match kind {
+        K::ReadOnly => StoreError::ReadOnly(message),
+        K::Moved | K::Ask | K::TryAgain | K::ClusterDown | K::MasterDown => {
+            StoreError::Redirected(message)
+        }
+        _ => StoreError::Refused(message),
     }
 }
 
@@ -282,7 +310,7 @@ pub fn packed_flush(items: &[FlushItem], receipt: Option<&FlushReceipt>) -> Vec<
 pub(crate) fn read_item(
     item: &FlushItem,
     plan: &ItemPlan,
-    replies: &[Result<Value, String>],
+    replies: &[Result<Value, StoreError>],
     names: &mut NodeNames,
 ) -> Result<FlushOutcome, StoreError> {
     let bad = |detail: String| StoreError::BadReply {
@@ -293,7 +321,10 @@ pub(crate) fn read_item(
         Some(Ok(v)) => {
             as_u64(v).ok_or_else(|| bad(format!("window total is not a count: {v:?}")))?
         }
-        Some(Err(e)) => return Err(bad(e.clone())),
+        // A moved slot or a demoted master is told as such (the caller looks the store up
+        // again); any other refusal of the `INCRBY` is this key's bad data.
+        Some(Err(e)) if e.is_topology_change() || e.is_unavailable() => return Err(e.clone()),
+        Some(Err(e)) => return Err(bad(e.to_string())),
         None => return Err(bad("no reply".into())),
     };
     let previous_total = plan.previous.and_then(|i| match replies.get(i) {
@@ -455,14 +486,7 @@ impl RedisStore {
     /// After an error that may mean the master moved: forget the connection (Sentinel) or the
     /// slot map (Cluster) so the next call finds the new one.
     fn on_error(&self, error: &StoreError) {
-        let moved = match error {
-            StoreError::Unavailable(_) | StoreError::Timeout(_) => true,
-            other => {
-                let text = other.to_string();
-                text.contains("READONLY") || text.contains("MOVED") || text.contains("CLUSTERDOWN")
-            }
-        };
-        if moved {
+        if error.is_unavailable() || error.is_topology_change() {
             match &self.backend {
                 Backend::Sentinel(s) => s.invalidate(),
                 Backend::Cluster(c) => c.invalidate(),
@@ -488,12 +512,10 @@ impl RedisStore {
         if let Backend::Cluster(cluster) = &self.backend {
             let reply = cluster.flush(items, receipt).await;
             if let Ok(r) = &reply
-                && let Some(Err(e)) = r.results.iter().find(|r| {
-                    r.as_ref().is_err_and(|e| {
-                        let t = e.to_string();
-                        t.contains("MOVED") || t.contains("CLUSTERDOWN")
-                    })
-                })
+                && let Some(Err(e)) = r
+                    .results
+                    .iter()
+                    .find(|r| r.as_ref().is_err_and(StoreError::is_topology_change))
             {
                 self.on_error(e);
             }
@@ -506,9 +528,9 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(|e| map_error(&e))?;
-        let replies: Vec<Result<Value, String>> = raw
+        let replies: Vec<Result<Value, StoreError>> = raw
             .into_iter()
-            .map(|r| r.map_err(|e| e.to_string()))
+            .map(|r| r.map_err(|e| map_error(&e)))
             .collect();
         let store_time = replies
             .last()
@@ -521,10 +543,10 @@ impl RedisStore {
             .map(|(item, plan)| read_item(item, plan, &replies, &mut names))
             .collect();
         // A demoted master refuses writes item by item: nothing was applied; find the new one.
-        if let Some(Err(e)) = results.iter().find(|r| {
-            r.as_ref()
-                .is_err_and(|e| e.to_string().contains("READONLY"))
-        }) {
+        if let Some(Err(e)) = results
+            .iter()
+            .find(|r| r.as_ref().is_err_and(StoreError::is_topology_change))
+        {
             self.on_error(e);
         }
         // Sentinel: acknowledged only once a replica has the counts (see SentinelBackend).
