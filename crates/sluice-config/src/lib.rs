@@ -27,14 +27,17 @@
 
 mod duration;
 mod error;
+mod gateway;
 mod load;
 mod protection;
 mod raw;
 mod redact;
 mod rules;
 mod service;
+mod store;
 
 pub use error::ConfigError;
+pub use gateway::{Action, Gateway, HeaderMatch, HeaderMatcher, Route, RouteMatch};
 pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};
 pub use protection::{Access, ListenerLimits, TlsFiles};
 pub use redact::{redact_secrets, redact_url, secrets_in};
@@ -42,7 +45,5 @@ pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings,
 };
-pub use service::{
-    Action, Gateway, HeaderMatch, HeaderMatcher, HeaderStyle, Listen, Route, RouteMatch,
-    ServiceConfig, StoreConfig,
-};
+pub use service::{HeaderStyle, Listen, ServiceConfig};
+pub use store::StoreConfig;

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use crate::error::{ConfigError, Located, from_yaml};
 use crate::raw::{RawDomainFile, RawServiceFile};
 use crate::rules::{Domain, RuleSet};
-use crate::service::{HeaderStyle, Listen, ServiceConfig, StoreConfig};
+use crate::service::{HeaderStyle, Listen, ServiceConfig};
+use crate::store::StoreConfig;
 
 /// Rule files larger than this are refused rather than parsed.
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;

@@ -370,14 +370,12 @@ impl Domain {
         V: AsRef<str>,
         D: AsRef<[(K, V)]>,
     {
-        let mut matched: RuleMatches<'_> = descriptors
-            .iter()
-            .enumerate()
-            .flat_map(|(descriptor, entries)| {
-                self.match_descriptor(entries.as_ref())
-                    .map(move |rule| RuleMatch { descriptor, rule })
-            })
-            .collect();
+        let mut matched = RuleMatches::new();
+        for (descriptor, entries) in descriptors.iter().enumerate() {
+            for rule in self.match_descriptor(entries.as_ref()) {
+                matched.push(RuleMatch { descriptor, rule });
+            }
+        }
         if matched.iter().any(|m| !m.rule.replaces.is_empty()) {
             let replaced: smallvec::SmallVec<[&str; 8]> = matched
                 .iter()

@@ -20,12 +20,12 @@ impl OverflowSketch {
         Self {
             window: AtomicU64::new(0),
             counters: (0..DEPTH * WIDTH).map(|_| AtomicU32::new(0)).collect(),
-            seeds: [
-                0x9e37_79b9_7f4a_7c15,
-                0xc2b2_ae3d_27d4_eb4f,
-                0x1656_67b1_9e37_79f9,
-                0x85eb_ca77_c2b2_ae63,
-            ],
+            // Per-process random seeds (std's hasher keys come from the OS): an attacker who
+            // knows the code still cannot pick keys that share cells with a victim's.
+            seeds: std::array::from_fn(|row| {
+                use std::hash::BuildHasher as _;
+                std::collections::hash_map::RandomState::new().hash_one(row) | 1
+            }),
         }
     }
 
@@ -109,5 +109,11 @@ mod tests {
             "counters saturate instead of wrapping"
         );
         assert!(!sketch.check("k", 0, w, 5, 1), "still denied");
+    }
+
+    #[test]
+    fn seeds_are_not_public_constants() {
+        // Random per sketch: the cells a key maps to cannot be worked out from the code.
+        assert_ne!(OverflowSketch::new().seeds, OverflowSketch::new().seeds);
     }
 }

@@ -12,12 +12,13 @@ use sluice_store::{FlushOutcome, NodeEntry};
 use super::flags::{Activity, KeyFlags};
 use super::model;
 use super::params::SyncedParams;
-use super::shared::{Other, Others, Shared, set_others};
-use super::time::{Deadline, Demand, Stamp, nanos_from_store_ms, store_ms};
+use super::reply::{listed_others, unlisted_demand};
+use super::shared::{Other, Shared, set_others};
+use super::time::{Deadline, Demand, Stamp, store_ms};
 use crate::health::StoreHealth;
 use crate::verdict::Reason;
 
-fn sat32(v: u64) -> u32 {
+pub(super) fn sat32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
@@ -290,25 +291,9 @@ impl KeyState {
             };
             return (denied(retry), Some(Reason::Fallback));
         }
-        let local = u64::from(self.local);
-        let used = if p.predictive() {
-            let estimate = model::estimate(p, self, shared.as_deref(), window_start, now, health);
-            if estimate + cost as f64 > p.limit as f64 {
-                return (denied(reset_after), Some(Reason::Estimate));
-            }
-            if self.has(KeyFlags::SEEN_ENTRIES)
-                && let Some(shared) = shared
-                && !self.within_budget(p, shared, window_start, now, cost)
-            {
-                return (denied(reset_after), Some(Reason::Estimate));
-            }
-            estimate.ceil() as u64
-        } else {
-            let nodes = model::node_estimate(self);
-            if (local + cost).saturating_mul(nodes) > p.limit {
-                return (denied(reset_after), Some(Reason::LocalBudget));
-            }
-            (local + u64::from(self.others_read)).max(local * nodes)
+        let used = match self.room_for(p, shared, window_start, now, cost, health) {
+            Ok(used) => used,
+            Err(reason) => return (denied(reset_after), Some(reason)),
         };
         self.local = self.local.saturating_add(cost32);
         self.unflushed = self.unflushed.saturating_add(cost32);
@@ -324,6 +309,39 @@ impl KeyState {
             }),
             None,
         )
+    }
+
+    /// Whether the policy has room for `cost` more: predictive, the estimate of the global
+    /// count (and, for a shared key, this instance's budget); reactive, its own count scaled by
+    /// the node estimate. Returns the count the room was judged against.
+    fn room_for(
+        &self,
+        p: &SyncedParams,
+        shared: Option<&mut Shared>,
+        window_start: Nanos,
+        now: Nanos,
+        cost: u64,
+        health: StoreHealth,
+    ) -> Result<u64, Reason> {
+        let local = u64::from(self.local);
+        if !p.predictive() {
+            let nodes = model::node_estimate(self);
+            if (local + cost).saturating_mul(nodes) > p.limit {
+                return Err(Reason::LocalBudget);
+            }
+            return Ok((local + u64::from(self.others_read)).max(local * nodes));
+        }
+        let estimate = model::estimate(p, self, shared.as_deref(), window_start, now, health);
+        if estimate + cost as f64 > p.limit as f64 {
+            return Err(Reason::Estimate);
+        }
+        if self.has(KeyFlags::SEEN_ENTRIES)
+            && let Some(shared) = shared
+            && !self.within_budget(p, shared, window_start, now, cost)
+        {
+            return Err(Reason::Estimate);
+        }
+        Ok(estimate.ceil() as u64)
     }
 
     /// Whether the key must keep to a fallback share it is over: the seed's fallback (and
@@ -578,66 +596,4 @@ enum FallbackDenial {
     ColdSpan,
     /// The store is unreachable: blocked like a key over its limit.
     StoreDown,
-}
-
-/// The unlisted group's demand: the average over the window so far, or, when this reply and
-/// the last one in the window both had every other instance in the group (flushes that only
-/// added their count), its growth since then if higher: a surge shows at once.
-fn unlisted_demand(
-    p: &SyncedParams,
-    shared: Option<&Shared>,
-    outcome: &FlushOutcome,
-    unlisted: u64,
-    window_start: Nanos,
-    now: Nanos,
-) -> Demand {
-    let recent = match shared.map(|x| x.others.as_slice()) {
-        Some([o]) if outcome.entries.is_empty() && o.unlisted() && o.at > window_start => {
-            unlisted.saturating_sub(o.count.into()) as f64 / now.saturating_sub(o.at).max(1) as f64
-        }
-        _ => 0.0,
-    };
-    let average = unlisted as f64 / now.saturating_sub(window_start).max(p.span_ns) as f64;
-    Demand::from(average.max(recent))
-}
-
-/// The others a reply with entries lists, plus those known from the previous window that
-/// have not flushed in this one yet.
-fn listed_others(
-    p: &SyncedParams,
-    shared: &mut Option<Shared>,
-    outcome: &FlushOutcome,
-    node: &str,
-    window_start: Nanos,
-    now: Nanos,
-) -> Others {
-    // An entry already stale when the store answers belongs to an instance that left: drop
-    // it, or the next window roll would re-date it and bring it back to life. After an outage
-    // every entry is old: keep them.
-    let grace = shared.as_ref().is_some_and(|x| x.in_grace(now));
-    let fresh = |at: Nanos| grace || now.saturating_sub(at) <= 2 * p.span_ns;
-    let mut others: Others = outcome
-        .entries
-        .iter()
-        .filter(|e| &*e.node != node && fresh(nanos_from_store_ms(e.at_ms)))
-        .map(|e| Other {
-            node: e.node.clone(),
-            count: sat32(e.count),
-            at: nanos_from_store_ms(e.at_ms),
-            demand: Demand::from_store_milli(e.rate_milli),
-        })
-        .collect();
-    // Instances known from the previous window that have not flushed in this one yet keep
-    // their carried demand until they go stale (one that did report, even stale, is judged
-    // by its report above). The unlisted group is worked out afresh from each total.
-    let known = shared.as_mut().map(|x| std::mem::take(&mut x.others));
-    for o in known.into_iter().flatten() {
-        if !o.unlisted()
-            && o.at <= window_start
-            && !outcome.entries.iter().any(|n| n.node == o.node)
-        {
-            others.push(o);
-        }
-    }
-    others
 }

@@ -14,6 +14,7 @@ mod flags;
 mod key_state;
 mod model;
 mod params;
+mod reply;
 mod shared;
 mod time;
 
@@ -63,6 +64,44 @@ pub(crate) struct PendingFlush {
     /// Indexes of the flight's items (carry, current) in the flush.
     pub carry_item: usize,
     pub current_item: usize,
+}
+
+/// A flight's items: the previous window's carried count, then the window's count. Returns
+/// their indexes in `items`.
+fn push_items(
+    p: &SyncedParams,
+    store_key: Arc<str>,
+    flight: &Flight,
+    entry: Option<sluice_store::NodeEntry>,
+    first_write: bool,
+    items: &mut Vec<FlushItem>,
+) -> (usize, usize) {
+    let carry_item = items.len();
+    if let Some(count) = flight.carry {
+        items.push(FlushItem {
+            key: store_key.clone(),
+            window: flight.window - 1,
+            delta: count.into(),
+            ttl: p.ttl(),
+            entry: None,
+            want_previous: false,
+            // The window's key may not exist yet (the store was down all along).
+            first_write: true,
+        });
+    }
+    let current_item = items.len();
+    if let Some(count) = flight.current {
+        items.push(FlushItem {
+            key: store_key,
+            window: flight.window,
+            delta: count.into(),
+            ttl: p.ttl(),
+            entry,
+            want_previous: first_write,
+            first_write,
+        });
+    }
+    (carry_item, current_item)
 }
 
 /// One synced rule: its keys and parameters.
@@ -177,32 +216,14 @@ impl SyncedRule {
             };
             key_buf.clear();
             sluice_store::CounterKey::write_encoded(&mut key_buf, &self.rule_id, name);
-            let store_key: Arc<str> = key_buf.as_str().into();
-            let carry_item = items.len();
-            if let Some(count) = flight.carry {
-                items.push(FlushItem {
-                    key: store_key.clone(),
-                    window: flight.window - 1,
-                    delta: count.into(),
-                    ttl: p.ttl(),
-                    entry: None,
-                    want_previous: false,
-                    // The window's key may not exist yet (the store was down all along).
-                    first_write: true,
-                });
-            }
-            let current_item = items.len();
-            if let Some(count) = flight.current {
-                items.push(FlushItem {
-                    key: store_key,
-                    window: flight.window,
-                    delta: count.into(),
-                    ttl: p.ttl(),
-                    entry,
-                    want_previous: first_write,
-                    first_write,
-                });
-            }
+            let (carry_item, current_item) = push_items(
+                p,
+                key_buf.as_str().into(),
+                &flight,
+                entry,
+                first_write,
+                items,
+            );
             pending.push(PendingFlush {
                 name: name.clone(),
                 flight,

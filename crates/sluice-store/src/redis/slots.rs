@@ -111,7 +111,13 @@ mod tests {
         assert_eq!(slot_of("123456789"), 0x31c3 & 0x3fff);
         assert_eq!(slot_of("foo"), 12182);
         assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
-        assert_eq!(slot_of("foo{}{bar}"), slot_of("foo{}{bar}"));
+        // Redis's own examples: an empty tag hashes the whole key; only the first `{...}`
+        // counts, whatever it holds (slots computed with CRC16/XMODEM, as Redis does).
+        assert_eq!(slot_of("foo{}{bar}"), 8363);
+        assert_eq!(slot_of("foo{{bar}}zap"), 4015);
+        assert_eq!(slot_of("{bar"), 4015);
+        assert_eq!(slot_of("foo{bar}{zap}"), 5061);
+        assert_eq!(slot_of("bar"), 5061);
     }
 
     fn range(first: i64, last: i64, port: i64) -> Value {

@@ -1,0 +1,352 @@
+//! `store:` in `sluice.yaml`: where counters are shared, parsed from a URL (`memory`,
+//! `redis://`, `rediss://`, `redis+sentinel://`, `redis+cluster://`). No password ever
+//! reaches an error message or a `Debug` output.
+
+use serde_saphyr::Spanned;
+
+use crate::error::{Located, suggestion};
+
+/// Where counters are shared. Its `Debug` output never shows a password.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreConfig {
+    /// The embedded in-memory store (one process).
+    Memory,
+    /// One Redis server: `redis://` or `rediss://` (TLS).
+    Redis {
+        /// The URL as written, credentials included.
+        url: String,
+    },
+    /// Redis behind Sentinel.
+    Sentinel {
+        /// Sentinel addresses, `host:port`.
+        sentinels: Vec<String>,
+        /// The monitored master's name.
+        master: String,
+        /// TLS to the servers.
+        tls: bool,
+        /// ACL user and password for the data nodes.
+        auth: Option<(Option<String>, String)>,
+        /// Database number.
+        db: u32,
+        /// ACL user and password for the Sentinels (`?sentinel_username=..&sentinel_password=..`).
+        sentinel_auth: Option<(Option<String>, String)>,
+        /// TLS to the Sentinels (`?sentinel_tls=true`).
+        sentinel_tls: bool,
+    },
+    /// Redis Cluster.
+    Cluster {
+        /// Seed node addresses, `host:port`.
+        nodes: Vec<String>,
+        /// TLS to the servers.
+        tls: bool,
+        /// ACL user and password.
+        auth: Option<(Option<String>, String)>,
+    },
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let login = |auth: &Option<(Option<String>, String)>| match auth {
+            None => "none".to_owned(),
+            Some((user, _)) => format!("{}:***", user.as_deref().unwrap_or("")),
+        };
+        match self {
+            StoreConfig::Memory => f.write_str("Memory"),
+            StoreConfig::Redis { url } => f
+                .debug_struct("Redis")
+                .field("url", &crate::redact_url(url))
+                .finish(),
+            StoreConfig::Sentinel {
+                sentinels,
+                master,
+                tls,
+                auth,
+                db,
+                sentinel_auth,
+                sentinel_tls,
+            } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", sentinels)
+                .field("master", master)
+                .field("tls", tls)
+                .field("auth", &login(auth))
+                .field("db", db)
+                .field("sentinel_auth", &login(sentinel_auth))
+                .field("sentinel_tls", sentinel_tls)
+                .finish(),
+            StoreConfig::Cluster { nodes, tls, auth } => f
+                .debug_struct("Cluster")
+                .field("nodes", nodes)
+                .field("tls", tls)
+                .field("auth", &login(auth))
+                .finish(),
+        }
+    }
+}
+
+fn split_authority(rest: &str) -> (Option<&str>, &str, Option<&str>) {
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+        None => (rest, None),
+    };
+    match authority.rfind('@') {
+        Some(i) => (Some(&authority[..i]), &authority[i + 1..], path),
+        None => (None, authority, path),
+    }
+}
+
+/// `user:password` or `password`, percent-decoded (a password may hold `@`, `/` or `:` as
+/// `%40`, `%2F`, `%3A`).
+fn parse_auth(userinfo: Option<&str>) -> Option<(Option<String>, String)> {
+    let info = userinfo?;
+    match info.split_once(':') {
+        Some((user, pass)) => Some(((!user.is_empty()).then(|| decode(user)), decode(pass))),
+        None => Some((None, decode(info))),
+    }
+}
+
+fn decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Sentinel URL options: `sentinel_username`, `sentinel_password`, `sentinel_tls`.
+struct SentinelOptions {
+    auth: Option<(Option<String>, String)>,
+    tls: bool,
+}
+
+fn sentinel_options(value: &Spanned<String>, query: &str) -> Result<SentinelOptions, Located> {
+    let (mut user, mut password, mut tls) = (None, None, false);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "sentinel_username" => user = Some(decode(v)),
+            "sentinel_password" => password = Some(decode(v)),
+            "sentinel_tls" => {
+                tls = match v {
+                    "true" | "yes" | "1" => true,
+                    "false" | "no" | "0" => false,
+                    other => {
+                        return Err(Located::at(
+                            value,
+                            format!(
+                                "invalid sentinel_tls `{other}` in store URL; write `sentinel_tls=true` or `false`"
+                            ),
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(Located::at(
+                    value,
+                    format!(
+                        "unknown store URL option `{other}`; {}",
+                        suggestion(
+                            other,
+                            &["sentinel_username", "sentinel_password", "sentinel_tls"]
+                        )
+                    ),
+                ));
+            }
+        }
+    }
+    let auth = match (user, password) {
+        (user, Some(password)) => Some((user, password)),
+        (Some(_), None) => {
+            return Err(Located::at(
+                value,
+                "store URL sets `sentinel_username` without `sentinel_password`",
+            ));
+        }
+        (None, None) => None,
+    };
+    Ok(SentinelOptions { auth, tls })
+}
+
+fn parse_hosts(
+    value: &Spanned<String>,
+    hosts: &str,
+    default_port: u16,
+) -> Result<Vec<String>, Located> {
+    let mut out = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(Located::at(
+                value,
+                format!(
+                    "empty host in store URL `{}`; write `host:port` entries separated by commas",
+                    crate::redact_url(&value.value)
+                ),
+            ));
+        }
+        let with_port = if host
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            && !host.ends_with(']')
+        {
+            host.to_owned()
+        } else {
+            format!("{host}:{default_port}")
+        };
+        out.push(with_port);
+    }
+    Ok(out)
+}
+
+/// Parses a store URL (docs/CONFIG.md lists the forms).
+pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Located> {
+    let url = value.value.trim();
+    // What error messages show: never the password.
+    let shown = crate::redact_url(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(Located::at(
+            value,
+            format!(
+                "invalid store `{shown}`; write `memory://`, `redis://host:6379`, `rediss://host:6380`, `redis+sentinel://h1:26379,h2:26379/mymaster` or `redis+cluster://h1:7000,h2:7001`"
+            ),
+        ));
+    };
+    let schemes = [
+        "memory",
+        "redis",
+        "rediss",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis+cluster",
+        "rediss+cluster",
+    ];
+    match scheme {
+        "memory" => {
+            if !rest.is_empty() {
+                return Err(Located::at(
+                    value,
+                    "the memory store takes no address; write `memory://`",
+                ));
+            }
+            Ok(StoreConfig::Memory)
+        }
+        "redis" | "rediss" => {
+            let (_, hosts, _) = split_authority(rest);
+            if hosts.is_empty() || hosts.contains(',') {
+                return Err(Located::at(
+                    value,
+                    format!(
+                        "invalid store `{shown}`; a {scheme}:// URL names one server, e.g. `{scheme}://127.0.0.1:6379/0`; for several, use redis+sentinel:// or redis+cluster://"
+                    ),
+                ));
+            }
+            Ok(StoreConfig::Redis {
+                url: url.to_owned(),
+            })
+        }
+        "redis+sentinel" | "rediss+sentinel" => {
+            let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let options = sentinel_options(value, query)?;
+            let (userinfo, hosts, path) = split_authority(rest);
+            let mut parts = path.unwrap_or("").split('/');
+            let master = parts.next().unwrap_or("").to_owned();
+            if master.is_empty() {
+                return Err(Located::at(
+                    value,
+                    format!(
+                        "store `{shown}` names no master; append the master name, e.g. `redis+sentinel://{hosts}/mymaster`"
+                    ),
+                ));
+            }
+            let db = match parts.next() {
+                None | Some("") => 0,
+                Some(db) => db.parse().map_err(|_| Located::at(value, format!("invalid database `{db}` in store URL; write a number, e.g. `/mymaster/0`")))?,
+            };
+            Ok(StoreConfig::Sentinel {
+                sentinels: parse_hosts(value, hosts, 26379)?,
+                master,
+                tls: scheme.starts_with("rediss"),
+                auth: parse_auth(userinfo),
+                db,
+                sentinel_auth: options.auth,
+                sentinel_tls: options.tls,
+            })
+        }
+        "redis+cluster" | "rediss+cluster" => {
+            let (userinfo, hosts, _) = split_authority(rest);
+            Ok(StoreConfig::Cluster {
+                nodes: parse_hosts(value, hosts, 6379)?,
+                tls: scheme.starts_with("rediss"),
+                auth: parse_auth(userinfo),
+            })
+        }
+        other => Err(Located::at(
+            value,
+            format!(
+                "unknown store scheme `{other}://`; {}",
+                suggestion(other, &schemes)
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreConfig;
+
+    fn store(url: &str) -> Result<StoreConfig, String> {
+        crate::parse_service(std::path::Path::new("t.yaml"), &format!("store: {url}\n"))
+            .map(|c| c.store)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn sentinel_urls_carry_logins_for_the_data_nodes_and_the_sentinels() {
+        let StoreConfig::Sentinel {
+            sentinels,
+            master,
+            auth,
+            db,
+            tls,
+            sentinel_auth,
+            sentinel_tls,
+        } = store("rediss+sentinel://app:p%40ss@s1,s2:26380/mymaster/2?sentinel_username=watch&sentinel_password=s%2Fcret&sentinel_tls=true")
+            .unwrap()
+        else {
+            panic!("not a sentinel store");
+        };
+        assert_eq!(sentinels, ["s1:26379", "s2:26380"]);
+        assert_eq!(
+            (master.as_str(), db, tls, sentinel_tls),
+            ("mymaster", 2, true, true)
+        );
+        assert_eq!(auth, Some((Some("app".into()), "p@ss".into())));
+        assert_eq!(sentinel_auth, Some((Some("watch".into()), "s/cret".into())));
+
+        let StoreConfig::Sentinel {
+            sentinel_auth,
+            sentinel_tls,
+            ..
+        } = store("redis+sentinel://s1/m?sentinel_password=x").unwrap()
+        else {
+            panic!("not a sentinel store");
+        };
+        assert_eq!(
+            (sentinel_auth, sentinel_tls),
+            (Some((None, "x".into())), false)
+        );
+    }
+
+    #[test]
+    fn bad_sentinel_url_options_are_named() {
+        let e = store("redis+sentinel://s1/m?sentinel_pasword=x").unwrap_err();
+        assert!(
+            e.contains("unknown store URL option `sentinel_pasword`")
+                && e.contains("`sentinel_password`"),
+            "{e}"
+        );
+        let e = store("redis+sentinel://s1/m?sentinel_tls=maybe").unwrap_err();
+        assert!(e.contains("invalid sentinel_tls `maybe`"), "{e}");
+        let e = store("redis+sentinel://s1/m?sentinel_username=u").unwrap_err();
+        assert!(e.contains("without `sentinel_password`"), "{e}");
+    }
+}

@@ -1,0 +1,204 @@
+//! Reading the store's replies: a flush item's outcome, the instances' entries, `TIME`, the
+//! exact scripts' decisions. Every reply is checked; a bad one is an error naming the key,
+//! never a panic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
+
+use super::pipeline::ItemPlan;
+use crate::{FlushItem, FlushOutcome, NodeEntry, StoreError};
+
+fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_str(v: &Value) -> Option<&str> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The instance ids met while reading one flush's replies: a fleet has a handful, and every
+/// shared key names them all, so each entry clones one of these instead of allocating its own.
+#[derive(Default)]
+pub(crate) struct NodeNames(Vec<Arc<str>>);
+
+impl NodeNames {
+    pub(crate) fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.0.iter().find(|n| &***n == name) {
+            return known.clone();
+        }
+        let new: Arc<str> = name.into();
+        // Bounded: entries someone wrote under many names are read, not remembered.
+        if self.0.len() < 64 {
+            self.0.push(new.clone());
+        }
+        new
+    }
+}
+
+fn parse_entries(v: &Value, names: &mut NodeNames) -> Option<Vec<NodeEntry>> {
+    let pairs: Vec<(&str, &str)> = match v {
+        Value::Array(flat) => flat
+            .chunks(2)
+            .map(|p| match p {
+                [n, e] => Some((as_str(n)?, as_str(e)?)),
+                _ => None,
+            })
+            .collect::<Option<_>>()?,
+        Value::Map(pairs) => pairs
+            .iter()
+            .map(|(n, e)| Some((as_str(n)?, as_str(e)?)))
+            .collect::<Option<_>>()?,
+        _ => return None,
+    };
+    // An entry someone else wrote in another shape is skipped, not fatal.
+    Some(
+        pairs
+            .iter()
+            .filter_map(|(n, e)| NodeEntry::decode(n, e, names))
+            .collect(),
+    )
+}
+
+/// One item's outcome from the pipeline's replies. Only a failed `INCRBY` fails the item
+/// (nothing was added); a bad previous total or bad entries make the answer poorer, never
+/// the item failed, so no count is ever sent twice.
+pub(crate) fn read_item(
+    item: &FlushItem,
+    plan: &ItemPlan,
+    replies: &[Result<Value, StoreError>],
+    names: &mut NodeNames,
+) -> Result<FlushOutcome, StoreError> {
+    let bad = |detail: String| StoreError::BadReply {
+        key: item.key.to_string(),
+        detail,
+    };
+    let total = match replies.get(plan.incr) {
+        Some(Ok(v)) => {
+            as_u64(v).ok_or_else(|| bad(format!("window total is not a count: {v:?}")))?
+        }
+        // A moved slot or a demoted master is told as such (the caller looks the store up
+        // again); any other refusal of the `INCRBY` is this key's bad data.
+        Some(Err(e)) if e.is_topology_change() || e.is_unavailable() => return Err(e.clone()),
+        Some(Err(e)) => return Err(bad(e.to_string())),
+        None => return Err(bad("no reply".into())),
+    };
+    let previous_total = plan.previous.and_then(|i| match replies.get(i) {
+        Some(Ok(Value::Nil)) => Some(0),
+        Some(Ok(v)) => as_u64(v),
+        _ => None,
+    });
+    let entries = plan
+        .entries
+        .and_then(|i| match replies.get(i) {
+            Some(Ok(v)) => parse_entries(v, names),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Ok(FlushOutcome {
+        total,
+        previous_total,
+        entries,
+    })
+}
+
+pub(crate) fn parse_time(v: &Value) -> Option<Nanos> {
+    let Value::Array(parts) = v else { return None };
+    let secs = as_u64(parts.first()?)?;
+    let micros = as_u64(parts.get(1)?)?;
+    secs.checked_mul(1_000_000_000)?
+        .checked_add(micros.checked_mul(1000)?)
+}
+
+pub(crate) fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, StoreError> {
+    let bad = |detail: String| StoreError::BadReply {
+        key: key.to_owned(),
+        detail,
+    };
+    let Value::Array(parts) = v else {
+        return Err(bad(format!(
+            "expected an array from the exact script, got {v:?}"
+        )));
+    };
+    let nums: Vec<u64> = parts
+        .iter()
+        .map(as_u64)
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad(format!("non-numeric reply {parts:?}")))?;
+    let [code, remaining, reset_us, retry_us] = nums.as_slice() else {
+        return Err(bad(format!("expected 4 numbers, got {}", nums.len())));
+    };
+    Ok(match code {
+        0 => Decision::Allowed(Allowed {
+            remaining: *remaining,
+            reset_after: Duration::from_micros(*reset_us),
+            delay: Duration::ZERO,
+        }),
+        1 => Decision::Denied(Denied {
+            retry_after: Duration::from_micros(*retry_us),
+            reset_after: Duration::from_micros(*reset_us),
+        }),
+        2 => Decision::InsufficientCapacity(InsufficientCapacity {
+            cost,
+            capacity: *remaining,
+        }),
+        other => return Err(bad(format!("unknown decision code {other}"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_share_the_instance_names_of_one_flush_and_odd_ones_are_skipped() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let reply = |others: &str| {
+            Value::Array(vec![
+                bulk("node-a"),
+                bulk("3:1000:250"),
+                bulk("node-b"),
+                bulk(others),
+            ])
+        };
+        let mut names = NodeNames::default();
+        let first = parse_entries(&reply("5:1001:0"), &mut names).unwrap();
+        let second = parse_entries(&reply("not:an:entry:at:all"), &mut names).unwrap();
+        assert_eq!(
+            first,
+            vec![
+                NodeEntry {
+                    node: "node-a".into(),
+                    count: 3,
+                    at_ms: 1000,
+                    rate_milli: 250
+                },
+                NodeEntry {
+                    node: "node-b".into(),
+                    count: 5,
+                    at_ms: 1001,
+                    rate_milli: 0
+                },
+            ]
+        );
+        // The second key's `node-a` is the same allocation; its odd entry is left out.
+        assert_eq!(second.len(), 1);
+        assert!(Arc::ptr_eq(&first[0].node, &second[0].node));
+        // A reply that is not a list of pairs is no entries at all.
+        assert_eq!(parse_entries(&Value::Int(3), &mut names), None);
+        let mut encoded = String::new();
+        first[1].encode_into(&mut encoded);
+        assert_eq!(encoded, "5:1001:0");
+    }
+}
