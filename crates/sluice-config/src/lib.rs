@@ -34,6 +34,7 @@ mod raw;
 mod redact;
 mod rules;
 mod service;
+mod settings;
 mod store;
 
 pub use error::ConfigError;
