@@ -13,7 +13,7 @@ use sluice_config::{ListenerLimits, ServiceConfig, StoreConfig};
 use sluice_core::{Clock, CoarseClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::{RlsOptions, SharedEngine};
-use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions, RedisTarget};
+use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions};
 use tokio::sync::watch;
 
 use crate::access::Token;
@@ -46,39 +46,8 @@ fn store_of(
     };
     Ok(match config {
         StoreConfig::Memory => (Arc::new(MemoryStore::new(clock.clone())), true),
-        StoreConfig::Redis { url } => (Arc::new(RedisStore::open(url, options)?), false),
-        StoreConfig::Sentinel {
-            sentinels,
-            master,
-            tls,
-            auth,
-            db,
-            sentinel_auth,
-            sentinel_tls,
-        } => (
-            Arc::new(RedisStore::connect(
-                RedisTarget::Sentinel {
-                    sentinels: sentinels.clone(),
-                    master: master.clone(),
-                    auth: auth.clone(),
-                    db: *db,
-                    tls: *tls,
-                    sentinel_auth: sentinel_auth.clone(),
-                    sentinel_tls: *sentinel_tls,
-                },
-                options,
-            )?),
-            false,
-        ),
-        StoreConfig::Cluster { nodes, tls, auth } => (
-            Arc::new(RedisStore::connect(
-                RedisTarget::Cluster {
-                    nodes: nodes.clone(),
-                    auth: auth.clone(),
-                    tls: *tls,
-                },
-                options,
-            )?),
+        StoreConfig::Redis(target) => (
+            Arc::new(RedisStore::connect(target.clone(), options)?),
             false,
         ),
         other => anyhow::bail!("store {other:?} is not supported by this build"),

@@ -36,6 +36,7 @@ mod rules;
 mod service;
 mod settings;
 mod store;
+mod target;
 
 pub use error::ConfigError;
 pub use gateway::{Action, Gateway, HeaderMatch, HeaderMatcher, Route, RouteMatch};
@@ -47,4 +48,6 @@ pub use rules::{
     ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings,
 };
 pub use service::{HeaderStyle, Listen, ServiceConfig};
-pub use store::StoreConfig;
+pub use target::{
+    ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget, StoreConfig,
+};

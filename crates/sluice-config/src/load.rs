@@ -6,7 +6,7 @@ use crate::error::{ConfigError, Located, from_yaml};
 use crate::raw::{RawDomainFile, RawServiceFile};
 use crate::rules::{Domain, RuleSet};
 use crate::service::{HeaderStyle, Listen, ServiceConfig};
-use crate::store::StoreConfig;
+use crate::target::StoreConfig;
 
 /// Rule files larger than this are refused rather than parsed.
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;

@@ -9,7 +9,8 @@ use crate::error::{ConfigError, Located, suggestion};
 use crate::gateway::{Gateway, gateway};
 use crate::raw::RawServiceFile;
 use crate::rules::{RuleSet, RuleSettings, parse_settings};
-use crate::store::{StoreConfig, parse_store};
+use crate::store::parse_store;
+use crate::target::StoreConfig;
 
 /// Which rate-limit headers HTTP responses carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,85 +5,9 @@
 use serde_saphyr::Spanned;
 
 use crate::error::{Located, suggestion};
-
-/// Where counters are shared. Its `Debug` output never shows a password.
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StoreConfig {
-    /// The embedded in-memory store (one process).
-    Memory,
-    /// One Redis server: `redis://` or `rediss://` (TLS).
-    Redis {
-        /// The URL as written, credentials included.
-        url: String,
-    },
-    /// Redis behind Sentinel.
-    Sentinel {
-        /// Sentinel addresses, `host:port`.
-        sentinels: Vec<String>,
-        /// The monitored master's name.
-        master: String,
-        /// TLS to the servers.
-        tls: bool,
-        /// ACL user and password for the data nodes.
-        auth: Option<(Option<String>, String)>,
-        /// Database number.
-        db: u32,
-        /// ACL user and password for the Sentinels (`?sentinel_username=..&sentinel_password=..`).
-        sentinel_auth: Option<(Option<String>, String)>,
-        /// TLS to the Sentinels (`?sentinel_tls=true`).
-        sentinel_tls: bool,
-    },
-    /// Redis Cluster.
-    Cluster {
-        /// Seed node addresses, `host:port`.
-        nodes: Vec<String>,
-        /// TLS to the servers.
-        tls: bool,
-        /// ACL user and password.
-        auth: Option<(Option<String>, String)>,
-    },
-}
-
-impl std::fmt::Debug for StoreConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let login = |auth: &Option<(Option<String>, String)>| match auth {
-            None => "none".to_owned(),
-            Some((user, _)) => format!("{}:***", user.as_deref().unwrap_or("")),
-        };
-        match self {
-            StoreConfig::Memory => f.write_str("Memory"),
-            StoreConfig::Redis { url } => f
-                .debug_struct("Redis")
-                .field("url", &crate::redact_url(url))
-                .finish(),
-            StoreConfig::Sentinel {
-                sentinels,
-                master,
-                tls,
-                auth,
-                db,
-                sentinel_auth,
-                sentinel_tls,
-            } => f
-                .debug_struct("Sentinel")
-                .field("sentinels", sentinels)
-                .field("master", master)
-                .field("tls", tls)
-                .field("auth", &login(auth))
-                .field("db", db)
-                .field("sentinel_auth", &login(sentinel_auth))
-                .field("sentinel_tls", sentinel_tls)
-                .finish(),
-            StoreConfig::Cluster { nodes, tls, auth } => f
-                .debug_struct("Cluster")
-                .field("nodes", nodes)
-                .field("tls", tls)
-                .field("auth", &login(auth))
-                .finish(),
-        }
-    }
-}
+use crate::target::{
+    ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget, StoreConfig,
+};
 
 fn split_authority(rest: &str) -> (Option<&str>, &str, Option<&str>) {
     let (authority, path) = match rest.find('/') {
@@ -98,11 +22,14 @@ fn split_authority(rest: &str) -> (Option<&str>, &str, Option<&str>) {
 
 /// `user:password` or `password`, percent-decoded (a password may hold `@`, `/` or `:` as
 /// `%40`, `%2F`, `%3A`).
-fn parse_auth(userinfo: Option<&str>) -> Option<(Option<String>, String)> {
+fn parse_auth(userinfo: Option<&str>) -> Option<Credentials> {
     let info = userinfo?;
     match info.split_once(':') {
-        Some((user, pass)) => Some(((!user.is_empty()).then(|| decode(user)), decode(pass))),
-        None => Some((None, decode(info))),
+        Some((user, pass)) => Some(Credentials::new(
+            (!user.is_empty()).then(|| decode(user)),
+            decode(pass),
+        )),
+        None => Some(Credentials::new(None, decode(info))),
     }
 }
 
@@ -114,7 +41,7 @@ fn decode(s: &str) -> String {
 
 /// Sentinel URL options: `sentinel_username`, `sentinel_password`, `sentinel_tls`.
 struct SentinelOptions {
-    auth: Option<(Option<String>, String)>,
+    auth: Option<Credentials>,
     tls: bool,
 }
 
@@ -154,7 +81,7 @@ fn sentinel_options(value: &Spanned<String>, query: &str) -> Result<SentinelOpti
         }
     }
     let auth = match (user, password) {
-        (user, Some(password)) => Some((user, password)),
+        (user, Some(password)) => Some(Credentials::new(user, password)),
         (Some(_), None) => {
             return Err(Located::at(
                 value,
@@ -239,9 +166,11 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
                     ),
                 ));
             }
-            Ok(StoreConfig::Redis {
-                url: url.to_owned(),
-            })
+            Ok(StoreConfig::Redis(RedisTarget::Standalone(
+                StandaloneTarget {
+                    url: url.to_owned(),
+                },
+            )))
         }
         "redis+sentinel" | "rediss+sentinel" => {
             let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -261,7 +190,7 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
                 None | Some("") => 0,
                 Some(db) => db.parse().map_err(|_| Located::at(value, format!("invalid database `{db}` in store URL; write a number, e.g. `/mymaster/0`")))?,
             };
-            Ok(StoreConfig::Sentinel {
+            Ok(StoreConfig::Redis(RedisTarget::Sentinel(SentinelTarget {
                 sentinels: parse_hosts(value, hosts, 26379)?,
                 master,
                 tls: scheme.starts_with("rediss"),
@@ -269,15 +198,15 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
                 db,
                 sentinel_auth: options.auth,
                 sentinel_tls: options.tls,
-            })
+            })))
         }
         "redis+cluster" | "rediss+cluster" => {
             let (userinfo, hosts, _) = split_authority(rest);
-            Ok(StoreConfig::Cluster {
+            Ok(StoreConfig::Redis(RedisTarget::Cluster(ClusterTarget {
                 nodes: parse_hosts(value, hosts, 6379)?,
                 tls: scheme.starts_with("rediss"),
                 auth: parse_auth(userinfo),
-            })
+            })))
         }
         other => Err(Located::at(
             value,
@@ -291,7 +220,7 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
 
 #[cfg(test)]
 mod tests {
-    use super::StoreConfig;
+    use crate::target::{Credentials, RedisTarget, SentinelTarget, StoreConfig};
 
     fn store(url: &str) -> Result<StoreConfig, String> {
         crate::parse_service(std::path::Path::new("t.yaml"), &format!("store: {url}\n"))
@@ -301,7 +230,7 @@ mod tests {
 
     #[test]
     fn sentinel_urls_carry_logins_for_the_data_nodes_and_the_sentinels() {
-        let StoreConfig::Sentinel {
+        let StoreConfig::Redis(RedisTarget::Sentinel(SentinelTarget {
             sentinels,
             master,
             auth,
@@ -309,7 +238,7 @@ mod tests {
             tls,
             sentinel_auth,
             sentinel_tls,
-        } = store("rediss+sentinel://app:p%40ss@s1,s2:26380/mymaster/2?sentinel_username=watch&sentinel_password=s%2Fcret&sentinel_tls=true")
+        })) = store("rediss+sentinel://app:p%40ss@s1,s2:26380/mymaster/2?sentinel_username=watch&sentinel_password=s%2Fcret&sentinel_tls=true")
             .unwrap()
         else {
             panic!("not a sentinel store");
@@ -319,20 +248,23 @@ mod tests {
             (master.as_str(), db, tls, sentinel_tls),
             ("mymaster", 2, true, true)
         );
-        assert_eq!(auth, Some((Some("app".into()), "p@ss".into())));
-        assert_eq!(sentinel_auth, Some((Some("watch".into()), "s/cret".into())));
+        assert_eq!(auth, Some(Credentials::new(Some("app".into()), "p@ss")));
+        assert_eq!(
+            sentinel_auth,
+            Some(Credentials::new(Some("watch".into()), "s/cret"))
+        );
 
-        let StoreConfig::Sentinel {
+        let StoreConfig::Redis(RedisTarget::Sentinel(SentinelTarget {
             sentinel_auth,
             sentinel_tls,
             ..
-        } = store("redis+sentinel://s1/m?sentinel_password=x").unwrap()
+        })) = store("redis+sentinel://s1/m?sentinel_password=x").unwrap()
         else {
             panic!("not a sentinel store");
         };
         assert_eq!(
             (sentinel_auth, sentinel_tls),
-            (Some((None, "x".into())), false)
+            (Some(Credentials::new(None, "x")), false)
         );
     }
 

@@ -59,7 +59,10 @@ async fn sentinel_failover_while_flushing() {
 async fn sentinel_failover_with_passwords() {
     let sentinel = RedisSentinel::start_with_passwords(Some("s-pass"), Some("d-pass"));
     let mut no_login = sentinel.target();
-    if let sluice_store::RedisTarget::Sentinel { sentinel_auth, .. } = &mut no_login {
+    if let sluice_store::RedisTarget::Sentinel(sluice_store::SentinelTarget {
+        sentinel_auth, ..
+    }) = &mut no_login
+    {
         *sentinel_auth = None;
     }
     let refused = RedisStore::connect(no_login, options()).unwrap();

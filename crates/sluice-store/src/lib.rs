@@ -42,7 +42,11 @@ pub use error::StoreError;
 pub use exact::{ExactAlgorithm, ExactRequest, decide_in_memory};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
-pub use redis::{RedisStore, RedisStoreOptions, RedisTarget, packed_flush};
+pub use redis::{RedisStore, RedisStoreOptions, packed_flush};
+/// Where a Redis deployment is: the same types `sluice.yaml`'s `store:` is parsed into.
+pub use sluice_config::{
+    ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget,
+};
 use sluice_core::{Decision, Nanos};
 
 /// A boxed future, so that stores can be chosen at run time (`Arc<dyn CounterStore>`).

@@ -93,7 +93,10 @@ async fn redis_sentinel_over_tls_conforms() {
     assert!(store.time().await.is_err());
     // Plain text to the Sentinels' TLS ports fails too: the store reached them over TLS.
     let mut plain = sentinel.target();
-    if let sluice_store::RedisTarget::Sentinel { sentinel_tls, .. } = &mut plain {
+    if let sluice_store::RedisTarget::Sentinel(sluice_store::SentinelTarget {
+        sentinel_tls, ..
+    }) = &mut plain
+    {
         *sentinel_tls = false;
     }
     let store = RedisStore::connect(plain, options()).unwrap();

@@ -144,11 +144,11 @@ impl RedisCluster {
 
     /// The store target for this cluster (no auth; the TLS ports with [`RedisCluster::start_tls`]).
     pub fn target(&self) -> sluice_store::RedisTarget {
-        sluice_store::RedisTarget::Cluster {
+        sluice_store::RedisTarget::Cluster(sluice_store::ClusterTarget {
             nodes: loopback(self.tls_ports.as_ref().unwrap_or(&self.ports)),
             auth: None,
             tls: self.tls_ports.is_some(),
-        }
+        })
     }
 
     /// The certificate (PEM) of the CA that signed the nodes' certificate (TLS clusters).

@@ -204,15 +204,20 @@ impl RedisSentinel {
     /// data nodes and the Sentinels with [`RedisSentinel::start_tls`]).
     pub fn target(&self) -> sluice_store::RedisTarget {
         let tls = self.tls_ports.is_some();
-        sluice_store::RedisTarget::Sentinel {
+        let login = |password: &Option<String>| {
+            password
+                .as_ref()
+                .map(|p| sluice_store::Credentials::new(None, p.as_str()))
+        };
+        sluice_store::RedisTarget::Sentinel(sluice_store::SentinelTarget {
             sentinels: loopback(&self.store_sentinel_ports()),
             master: Self::MASTER.to_owned(),
-            auth: self.data_password.clone().map(|p| (None, p)),
+            auth: login(&self.data_password),
             db: 0,
             tls,
-            sentinel_auth: self.sentinel_password.clone().map(|p| (None, p)),
+            sentinel_auth: login(&self.sentinel_password),
             sentinel_tls: tls,
-        }
+        })
     }
 
     /// The (plain) port of the server the Sentinels currently name as master.

@@ -14,10 +14,12 @@ use tokio::sync::OnceCell;
 
 use super::slots::{SlotMap, group_by_node, parse_slots};
 use super::{
-    NodeNames, RedisStoreOptions, RedisTarget, flush_pipeline, map_error, map_server_error,
-    parse_time, read_item,
+    NodeNames, RedisStoreOptions, flush_pipeline, map_error, map_server_error, parse_time,
+    read_item,
 };
-use crate::{FlushItem, FlushOutcome, FlushReceipt, FlushReply, StoreError};
+use crate::{
+    ClusterTarget, FlushItem, FlushOutcome, FlushReceipt, FlushReply, SentinelTarget, StoreError,
+};
 
 pub(super) enum Backend {
     Standalone {
@@ -115,10 +117,10 @@ pub(super) struct SentinelBackend {
 
 impl SentinelBackend {
     pub(super) fn new(
-        target: &RedisTarget,
+        target: &SentinelTarget,
         options: &RedisStoreOptions,
     ) -> Result<Self, StoreError> {
-        let RedisTarget::Sentinel {
+        let SentinelTarget {
             sentinels,
             master,
             auth,
@@ -126,10 +128,7 @@ impl SentinelBackend {
             tls,
             sentinel_auth,
             sentinel_tls,
-        } = target
-        else {
-            return Err(StoreError::Refused("not a sentinel target".into()));
-        };
+        } = target;
         let addrs = sentinels
             .iter()
             .map(|s| addr(s, *sentinel_tls))
@@ -142,11 +141,11 @@ impl SentinelBackend {
             SentinelClientBuilder::new(addrs.clone(), master, SentinelServerType::Master)
                 .map_err(|e| map_error(&e))?
                 .set_client_to_redis_db(i64::from(*db));
-        if let Some((user, password)) = auth {
-            if let Some(user) = user {
+        if let Some(login) = auth {
+            if let Some(user) = login.user() {
                 builder = builder.set_client_to_redis_username(user);
             }
-            builder = builder.set_client_to_redis_password(password);
+            builder = builder.set_client_to_redis_password(login.password());
         }
         if *tls {
             builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
@@ -155,13 +154,13 @@ impl SentinelBackend {
             }
         }
         let mut login = redis::RedisConnectionInfo::default();
-        if let Some((user, password)) = sentinel_auth {
-            if let Some(user) = user {
+        if let Some(credentials) = sentinel_auth {
+            if let Some(user) = credentials.user() {
                 builder = builder.set_client_to_sentinel_username(user);
                 login = login.set_username(user);
             }
-            builder = builder.set_client_to_sentinel_password(password);
-            login = login.set_password(password);
+            builder = builder.set_client_to_sentinel_password(credentials.password());
+            login = login.set_password(credentials.password());
         }
         if *sentinel_tls {
             builder = builder.set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
@@ -366,23 +365,21 @@ pub(super) struct ClusterBackend {
 
 impl ClusterBackend {
     pub(super) fn new(
-        target: &RedisTarget,
+        target: &ClusterTarget,
         options: &RedisStoreOptions,
     ) -> Result<Self, StoreError> {
-        let RedisTarget::Cluster { nodes, auth, tls } = target else {
-            return Err(StoreError::Refused("not a cluster target".into()));
-        };
+        let ClusterTarget { nodes, auth, tls } = target;
         let scheme = if *tls { "rediss" } else { "redis" };
         let urls: Vec<String> = nodes.iter().map(|n| format!("{scheme}://{n}")).collect();
         let mut builder = redis::cluster::ClusterClientBuilder::new(urls)
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.timeout)
             .retries(1);
-        if let Some((user, password)) = auth {
-            if let Some(user) = user {
+        if let Some(login) = auth {
+            if let Some(user) = login.user() {
                 builder = builder.username(user);
             }
-            builder = builder.password(password);
+            builder = builder.password(login.password());
         }
         // A private CA for `rediss://` nodes (every node, those learnt from `CLUSTER SLOTS` and
         // redirections included).

@@ -27,6 +27,7 @@ use crate::exact::{ExactAlgorithm, ExactRequest};
 use crate::{
     CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, StoreError, StoreFuture,
 };
+use crate::{RedisTarget, StandaloneTarget};
 
 /// Timeouts and reconnection settings.
 #[derive(Clone, Debug)]
@@ -82,50 +83,6 @@ pub struct RedisStore {
     description: String,
 }
 
-/// Where a Redis deployment is and how to log in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RedisTarget {
-    /// One server: a `redis://` or `rediss://` URL.
-    Standalone(String),
-    /// Sentinels (`host:port`) monitoring `master`.
-    Sentinel {
-        /// Sentinel addresses.
-        sentinels: Vec<String>,
-        /// Master name.
-        master: String,
-        /// ACL user and password for the data nodes.
-        auth: Option<(Option<String>, String)>,
-        /// Database number.
-        db: u32,
-        /// TLS to the data nodes.
-        tls: bool,
-        /// ACL user and password for the Sentinels themselves (their `requirepass`).
-        sentinel_auth: Option<(Option<String>, String)>,
-        /// TLS to the Sentinels.
-        sentinel_tls: bool,
-    },
-    /// Cluster seed nodes (`host:port`).
-    Cluster {
-        /// Seed nodes.
-        nodes: Vec<String>,
-        /// ACL user and password.
-        auth: Option<(Option<String>, String)>,
-        /// TLS.
-        tls: bool,
-    },
-}
-
-/// The URL with any password replaced, for logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            format!("{}://***@{}", &url[..scheme_end], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 impl RedisStore {
     /// Sentinel targets: how many `+switch-master` announcements for this master the store has
     /// received (each one drops the connection to the old master at once). 0 for others.
@@ -139,7 +96,8 @@ impl RedisStore {
     /// A store for the server at `url` (`redis://[user:pass@]host:port/db` or `rediss://...`).
     /// Does not connect yet.
     pub fn open(url: &str, options: RedisStoreOptions) -> Result<Self, StoreError> {
-        Self::connect(RedisTarget::Standalone(url.to_owned()), options)
+        let url = url.to_owned();
+        Self::connect(RedisTarget::Standalone(StandaloneTarget { url }), options)
     }
 
     /// A store for any deployment. Does not connect yet: the first call does, and a store that
@@ -149,7 +107,7 @@ impl RedisStore {
         // (without one the first TLS connection panics). Installing it twice is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let (backend, description) = match &target {
-            RedisTarget::Standalone(url) => {
+            RedisTarget::Standalone(StandaloneTarget { url }) => {
                 let client = match &options.tls_root_pem {
                     Some(pem) if url.starts_with("rediss://") => redis::Client::build_with_tls(
                         url.as_str(),
@@ -166,19 +124,26 @@ impl RedisStore {
                         client,
                         conn: OnceCell::new(),
                     },
-                    redact(url),
+                    sluice_config::redact_url(url),
                 )
             }
-            RedisTarget::Sentinel {
-                sentinels, master, ..
-            } => (
-                Backend::Sentinel(SentinelBackend::new(&target, &options)?),
-                format!("redis+sentinel://{}/{master}", sentinels.join(",")),
+            RedisTarget::Sentinel(target) => (
+                Backend::Sentinel(SentinelBackend::new(target, &options)?),
+                format!(
+                    "redis+sentinel://{}/{}",
+                    target.sentinels.join(","),
+                    target.master
+                ),
             ),
-            RedisTarget::Cluster { nodes, .. } => (
-                Backend::Cluster(ClusterBackend::new(&target, &options)?),
-                format!("redis+cluster://{}", nodes.join(",")),
+            RedisTarget::Cluster(target) => (
+                Backend::Cluster(ClusterBackend::new(target, &options)?),
+                format!("redis+cluster://{}", target.nodes.join(",")),
             ),
+            _ => {
+                return Err(StoreError::Refused(
+                    "this kind of Redis target is not supported by this build".into(),
+                ));
+            }
         };
         Ok(Self {
             backend,
