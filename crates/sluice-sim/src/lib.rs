@@ -18,10 +18,12 @@
 //! ```
 
 mod plot;
+mod report;
 mod run;
 mod scenario;
 mod traffic;
 
 pub use plot::write_plots;
-pub use run::{EstimateSample, POLICIES, PolicyReport, Report, run, run_with_progress};
+pub use report::{EstimateSample, PolicyReport, Report};
+pub use run::{POLICIES, run, run_with_progress};
 pub use scenario::{Latency, NodeSpec, RuleSpec, Scenario, ScenarioError, StoreSpec, Traffic};

@@ -8,7 +8,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
-use crate::run::Report;
+use crate::report::Report;
 
 /// A plot that could not be drawn or written.
 #[derive(Debug, thiserror::Error)]
