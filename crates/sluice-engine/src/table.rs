@@ -53,7 +53,7 @@ impl RuleTable {
                     let kept = previous.and_then(|p| {
                         p.rules()
                             .find(|r| *r.id == *rule.id && r.settings == settings)
-                            .map(|r| Arc::clone(&r.kind))
+                            .map(|r| (Arc::clone(&r.kind), r.policy))
                     });
                     rule_engine(domain, rule, settings, kept, clock, options)
                 })
@@ -159,13 +159,18 @@ fn rule_engine(
     domain: &Domain,
     rule: &Rule,
     settings: Option<ResolvedLimit>,
-    kept: Option<Arc<RuleKind>>,
+    kept: Option<(Arc<RuleKind>, &'static str)>,
     clock: &Arc<dyn Clock>,
     options: &EngineOptions,
 ) -> RuleEngine {
-    let (kind, policy) = match &settings {
-        None => (RuleKind::Unlimited, "unlimited"),
-        Some(r) => limiter(rule, r, clock, options),
+    // A kept rule keeps its limiter (and counters); only a new or changed one builds its own.
+    let (kind, policy) = match (kept, &settings) {
+        (Some(kept), _) => kept,
+        (None, None) => (Arc::new(RuleKind::Unlimited), "unlimited"),
+        (None, Some(r)) => {
+            let (kind, policy) = limiter(rule, r, clock, options);
+            (Arc::new(kind), policy)
+        }
     };
     let allowed = counter!("sluice_decisions_total", "domain" => domain.name().to_owned(), "rule" => rule.id.clone(), "outcome" => "allowed", "reason" => "");
     RuleEngine {
@@ -177,7 +182,7 @@ fn rule_engine(
             .as_ref()
             .map_or(u64::MAX, crate::local::capacity_of),
         policy,
-        kind: kept.unwrap_or_else(|| Arc::new(kind)),
+        kind,
         settings,
         overflow: std::sync::OnceLock::new(),
         flushed_span: AtomicU64::new(0),

@@ -198,9 +198,10 @@ impl Delivery {
                 Ok(outcome) => ItemResult::Landed(outcome),
                 Err(e) => ItemResult::Failed(e),
             });
-            let missing = || {
+            // A store that answers fewer items than it was sent is broken: the rest failed.
+            let missing = |item: &FlushItem| {
                 ItemResult::Failed(StoreError::BadReply {
-                    key: String::new(),
+                    key: item.key.to_string(),
                     detail: "the store answered fewer items than were sent".into(),
                 })
             };
@@ -208,7 +209,7 @@ impl Delivery {
                 .iter()
                 .map(|item| match is_held(item) {
                     true => ItemResult::Held,
-                    false => answers.next().unwrap_or_else(missing),
+                    false => answers.next().unwrap_or_else(|| missing(item)),
                 })
                 .collect();
             Sent {
