@@ -53,7 +53,15 @@ pub struct EngineOptions {
     /// instances with skewed clocks agree on window numbers. Tests that drive the engine with a
     /// manual clock against a real Redis turn it off.
     pub follow_store_clock: bool,
+    /// Most items (keys and windows) per flush pipeline: a larger flush goes in several, each
+    /// within the store's per-call timeout, so a key spray cannot make every flush time out.
+    pub flush_chunk_items: usize,
 }
+
+/// `EngineOptions::flush_chunk_items` by default: at three commands a key, a chunk this size
+/// takes Redis itself 85-150 ms in the flush bench (docs/BENCHMARKS.md), well within the
+/// 500 ms call timeout.
+pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 20_000;
 
 impl Default for EngineOptions {
     fn default() -> Self {
@@ -63,6 +71,7 @@ impl Default for EngineOptions {
             max_keys_per_rule: 1_000_000,
             expected_instances: 1,
             follow_store_clock: true,
+            flush_chunk_items: DEFAULT_FLUSH_CHUNK_ITEMS,
         }
     }
 }
@@ -98,7 +107,13 @@ impl Engine {
             max_keys_per_rule: options.max_keys_per_rule.max(1),
             ..options
         };
-        let flusher = Flusher::new(store, clock.clone(), node, options.follow_store_clock);
+        let flusher = Flusher::new(
+            store,
+            clock.clone(),
+            node,
+            options.follow_store_clock,
+            options.flush_chunk_items,
+        );
         Self {
             table: RuleTable::build(rules, defaults, &clock, &options, None),
             clock,

@@ -45,6 +45,8 @@ pub struct MemoryStore {
     clock_latency_ns: AtomicU64,
     operations: AtomicU64,
     commands: AtomicU64,
+    /// Round trips still served before the store switches itself off (`u64::MAX`: never).
+    fail_after: AtomicU64,
 }
 
 impl MemoryStore {
@@ -59,6 +61,7 @@ impl MemoryStore {
             clock_latency_ns: AtomicU64::new(0),
             operations: AtomicU64::new(0),
             commands: AtomicU64::new(0),
+            fail_after: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -71,6 +74,12 @@ impl MemoryStore {
     /// reply were lost (true), or answer again (false): a flush whose outcome is unknown.
     pub fn set_replies_lost(&self, lost: bool) {
         self.replies_lost.store(lost, Ordering::Relaxed);
+    }
+
+    /// Serves `calls` more round trips, then switches itself off (as [`Self::set_available`]
+    /// with false): a store that dies in the middle of a flush of several chunks.
+    pub fn fail_after(&self, calls: u64) {
+        self.fail_after.store(calls, Ordering::Relaxed);
     }
 
     /// Delays every call by `latency` (tokio time).
@@ -152,6 +161,15 @@ impl MemoryStore {
         let latency = self.latency_ns.load(Ordering::Relaxed);
         if latency > 0 {
             tokio::time::sleep(Duration::from_nanos(latency)).await;
+        }
+        let left = self.fail_after.load(Ordering::Relaxed);
+        if left != u64::MAX {
+            if left == 0 {
+                self.set_available(false);
+                self.fail_after.store(u64::MAX, Ordering::Relaxed);
+            } else {
+                self.fail_after.store(left - 1, Ordering::Relaxed);
+            }
         }
         if !self.available.load(Ordering::Relaxed) {
             return Err(StoreError::Unavailable("memory store switched off".into()));

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use metrics::counter;
-use sluice_core::Nanos;
+use sluice_core::{Clock, Nanos};
 use sluice_store::{CounterStore, FlushItem, FlushOutcome, FlushReceipt, StoreError};
 
 /// What became of one item of a flush.
@@ -21,6 +21,9 @@ pub(crate) enum ItemResult {
     /// Not sent: an earlier flush of the same key and window is not settled yet. The key
     /// keeps the count until it is.
     Held,
+    /// Not sent: an earlier chunk of this flush found the store unreachable. The key keeps
+    /// the count for the next flush.
+    NotSent,
 }
 
 impl ItemResult {
@@ -36,11 +39,20 @@ impl ItemResult {
 #[derive(Debug, Default)]
 pub(crate) struct Sent {
     pub results: Vec<ItemResult>,
-    /// The store's clock when it ran the flush.
-    pub store_time: Option<Nanos>,
+    /// The store's clock when it ran the flush's first answered chunk, with the local (raw)
+    /// times that chunk was sent and answered.
+    pub store_time: Option<StoreTime>,
     pub round_trips: usize,
-    /// Whether the store was asked (not when every item was held back).
+    /// Whether the store answered (a chunk of) the flush; not when every item was held back.
     pub asked: bool,
+}
+
+/// A reading of the store's clock and the round trip it came in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StoreTime {
+    pub store: Nanos,
+    pub sent_at: Nanos,
+    pub received_at: Nanos,
 }
 
 /// What the engine knows about counts whose arrival in the store is uncertain.
@@ -152,15 +164,20 @@ impl Delivery {
         None
     }
 
-    /// Sends `items` with a new receipt, after settling the flushes whose outcome was unknown.
-    /// The answer's results line up with `items`. An item whose key and window are still in
-    /// doubt is not sent ([`ItemResult::Held`]): its key keeps the count until the doubt is
-    /// settled.
+    /// Sends `items` after settling the flushes whose outcome was unknown, in pipelines of at
+    /// most `chunk` items, each with its own receipt (so a flush of any size fits the store's
+    /// per-call timeout, and a chunk that fails leaves the others landed). The answer's
+    /// results line up with `items`. An item whose key and window are still in doubt is not
+    /// sent ([`ItemResult::Held`]): its key keeps the count until the doubt is settled. Once a
+    /// chunk fails as a whole (the store is unreachable), the rest are not sent
+    /// ([`ItemResult::NotSent`]); if that was the first chunk, the flush fails.
     pub(crate) async fn send(
         &mut self,
         store: &dyn CounterStore,
         owner: &Arc<str>,
         items: &mut [FlushItem],
+        chunk: usize,
+        clock: &dyn Clock,
     ) -> Result<Sent, StoreError> {
         if let Some(e) = self.settle(store).await {
             // A store that could not be asked about the doubts is not sent anything either:
@@ -173,11 +190,6 @@ impl Delivery {
         let is_held =
             |item: &FlushItem| !held.is_empty() && held.contains(&(item.key.clone(), item.window));
         let taken = self.take_landed(items);
-        let receipt = FlushReceipt {
-            owner: owner.clone(),
-            token: self.next_token,
-        };
-        self.next_token = self.next_token.wrapping_add(1);
         // What is sent: every item, or those not held.
         let filtered: Vec<FlushItem>;
         let sent: &[FlushItem] = if held.is_empty() {
@@ -186,39 +198,67 @@ impl Delivery {
             filtered = items.iter().filter(|i| !is_held(i)).cloned().collect();
             &filtered
         };
-        let result = if sent.is_empty() {
-            Ok(Default::default())
-        } else {
-            store.flush(sent, Some(&receipt)).await
-        };
-        self.doubt_unknown(&result, sent, receipt);
-        // The answer, lined up with `items`.
-        let result = result.map(|reply| {
-            let mut answers = reply.results.into_iter().map(|r| match r {
-                Ok(outcome) => ItemResult::Landed(outcome),
-                Err(e) => ItemResult::Failed(e),
-            });
-            // A store that answers fewer items than it was sent is broken: the rest failed.
-            let missing = |item: &FlushItem| {
-                ItemResult::Failed(StoreError::BadReply {
-                    key: item.key.to_string(),
-                    detail: "the store answered fewer items than were sent".into(),
-                })
-            };
-            let results = items
-                .iter()
-                .map(|item| match is_held(item) {
-                    true => ItemResult::Held,
-                    false => answers.next().unwrap_or_else(|| missing(item)),
-                })
-                .collect();
-            Sent {
-                results,
-                store_time: reply.store_time,
-                round_trips: reply.round_trips,
-                asked: !sent.is_empty(),
+        let mut answer = Sent::default();
+        let mut answers: Vec<ItemResult> = Vec::with_capacity(sent.len());
+        let mut failure: Option<StoreError> = None;
+        for part in sent.chunks(chunk.max(1)) {
+            if failure.is_some() {
+                answers.extend(part.iter().map(|_| ItemResult::NotSent));
+                continue;
             }
-        });
+            let receipt = FlushReceipt {
+                owner: owner.clone(),
+                token: self.next_token,
+            };
+            self.next_token = self.next_token.wrapping_add(1);
+            let sent_at = clock.now();
+            let result = store.flush(part, Some(&receipt)).await;
+            let received_at = clock.now();
+            self.doubt_unknown(&result, part, receipt);
+            match result {
+                Ok(reply) => {
+                    answer.asked = true;
+                    answer.round_trips += reply.round_trips;
+                    answer.store_time =
+                        answer
+                            .store_time
+                            .or(reply.store_time.map(|store| StoreTime {
+                                store,
+                                sent_at,
+                                received_at,
+                            }));
+                    let mut results = reply.results.into_iter();
+                    answers.extend(part.iter().map(|item| match results.next() {
+                        Some(Ok(outcome)) => ItemResult::Landed(outcome),
+                        Some(Err(e)) => ItemResult::Failed(e),
+                        // A store that answers fewer items than it was sent is broken.
+                        None => ItemResult::Failed(StoreError::BadReply {
+                            key: item.key.to_string(),
+                            detail: "the store answered fewer items than were sent".into(),
+                        }),
+                    }));
+                }
+                Err(e) => {
+                    answers.extend(part.iter().map(|_| ItemResult::Failed(e.clone())));
+                    failure = Some(e);
+                }
+            }
+        }
+        let result = match failure {
+            Some(e) if !answer.asked => Err(e),
+            _ => {
+                // The answer, lined up with `items`.
+                let mut answers = answers.into_iter();
+                answer.results = items
+                    .iter()
+                    .map(|item| match is_held(item) {
+                        true => ItemResult::Held,
+                        false => answers.next().unwrap_or(ItemResult::NotSent),
+                    })
+                    .collect();
+                Ok(answer)
+            }
+        };
         self.keep_landed(items, &taken, |i| match &result {
             Ok(sent) => !matches!(sent.results.get(i), Some(ItemResult::Landed(_))),
             Err(_) => true,

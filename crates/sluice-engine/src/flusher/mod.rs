@@ -60,6 +60,8 @@ pub(crate) struct Flusher {
     last_probe: AtomicU64,
     /// Held for a whole flush: one at a time.
     delivery: tokio::sync::Mutex<Delivery>,
+    /// Items per pipeline (`EngineOptions::flush_chunk_items`).
+    chunk: usize,
 }
 
 /// Nanoseconds between probes of an idle store.
@@ -76,6 +78,7 @@ impl Flusher {
         clock: Arc<dyn Clock>,
         node: Arc<str>,
         follow_store_clock: bool,
+        chunk: usize,
     ) -> Self {
         Self {
             store,
@@ -86,6 +89,7 @@ impl Flusher {
             health: HealthCell::new(),
             last_probe: AtomicU64::new(0),
             delivery: tokio::sync::Mutex::new(Delivery::new()),
+            chunk: chunk.max(1),
         }
     }
 
@@ -144,7 +148,15 @@ impl Flusher {
         }
         report.items = items.len();
         let sent_at = self.clock.now();
-        let result = delivery.send(&*self.store, &self.node, &mut items).await;
+        let result = delivery
+            .send(
+                &*self.store,
+                &self.node,
+                &mut items,
+                self.chunk,
+                &*self.clock,
+            )
+            .await;
         let received_at = self.clock.now();
         histogram!("sluice_flush_duration_seconds")
             .record(received_at.saturating_sub(sent_at) as f64 / 1e9);
@@ -155,8 +167,8 @@ impl Flusher {
                     self.health.set(StoreHealth::Answering);
                 }
                 report.round_trips = sent.round_trips;
-                if let Some(store_time) = sent.store_time {
-                    self.observe_store_time(sent_at, received_at, store_time);
+                if let Some(t) = sent.store_time {
+                    self.observe_store_time(t.sent_at, t.received_at, t.store);
                 }
                 self.count_item_results(&sent.results);
                 let now = self.now();
@@ -191,23 +203,34 @@ impl Flusher {
         report
     }
 
-    /// Store errors of single items, and items held back behind an unsettled flush.
+    /// Store errors of single items (one warning per flush, however many), and items held back
+    /// (behind an unsettled flush, or after the store failed earlier in this flush).
     fn count_item_results(&self, results: &[ItemResult]) {
-        let mut held = 0;
+        let (mut unsettled, mut not_sent, mut failed) = (0u64, 0u64, 0u64);
+        let mut first_error: Option<&StoreError> = None;
         for result in results {
             match result {
                 ItemResult::Failed(e) => {
                     count_store_error(e);
-                    tracing::warn!(error = %e, "flush of one key failed; its count is kept for the next flush");
+                    failed += 1;
+                    first_error.get_or_insert(e);
                 }
-                ItemResult::Held => held += 1,
+                ItemResult::Held => unsettled += 1,
+                ItemResult::NotSent => not_sent += 1,
                 ItemResult::Landed(_) => {}
             }
         }
-        if held > 0 {
-            counter!("sluice_flush_items_held_total").increment(held);
+        if let Some(error) = first_error {
+            tracing::warn!(failed, %error, "some keys' counts did not reach the store; they are kept for the next flush");
+        }
+        for (reason, n) in [("unsettled", unsettled), ("store_failed", not_sent)] {
+            if n > 0 {
+                counter!("sluice_flush_items_held_total", "reason" => reason).increment(n);
+            }
+        }
+        if unsettled > 0 {
             tracing::debug!(
-                held,
+                unsettled,
                 "items held back until an earlier flush of their keys is settled"
             );
         }

@@ -1,0 +1,82 @@
+//! A flush larger than a chunk goes in several pipelines; a store that dies between them keeps
+//! what landed, and only the rest is sent again.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{SECOND, T0, now_or_never, synced_rule};
+use sluice_core::{Clock, ManualClock};
+use sluice_engine::{Engine, EngineOptions};
+use sluice_store::{CounterKey, MemoryStore};
+
+const KEYS: usize = 10;
+
+fn setup(chunk: usize) -> (Engine, Arc<MemoryStore>) {
+    let clock = ManualClock::new(T0 + SECOND);
+    let shared: Arc<dyn Clock> = Arc::new(clock);
+    let store = Arc::new(MemoryStore::new(shared.clone()));
+    let options = EngineOptions {
+        follow_store_clock: false,
+        flush_chunk_items: chunk,
+        ..EngineOptions::default()
+    };
+    let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
+    let engine = Engine::new(&rules, &Default::default(), store.clone(), shared, options);
+    for k in 0..KEYS {
+        let user = format!("u{k}");
+        let verdict = now_or_never(engine.check("d", &[[("user", user.as_str())]], 1));
+        assert!(verdict.unwrap().unwrap().allowed);
+    }
+    (engine, store)
+}
+
+fn totals(store: &MemoryStore) -> Vec<u64> {
+    let window = (T0 + SECOND) / (60 * SECOND);
+    (0..KEYS)
+        .map(|k| {
+            let key = CounterKey::new("d/user", &[&format!("u{k}")]);
+            store.total(key.as_str(), window)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_flush_larger_than_a_chunk_goes_in_several_and_every_count_lands() {
+    let (engine, store) = setup(4);
+    let report = engine.flush().await;
+    assert_eq!(
+        (report.items, report.round_trips, report.failed),
+        (KEYS, 3, 0)
+    );
+    assert_eq!(
+        store.operations(),
+        3,
+        "one round trip per chunk of at most 4"
+    );
+    assert_eq!(totals(&store), vec![1; KEYS]);
+}
+
+#[tokio::test]
+async fn a_store_that_dies_between_chunks_keeps_what_landed_and_gets_only_the_rest_again() {
+    let (engine, store) = setup(4);
+    // The first chunk lands; the store dies before the second; the third is not sent.
+    store.fail_after(1);
+    let report = engine.flush().await;
+    assert_eq!(
+        (report.items, report.round_trips, report.failed),
+        (KEYS, 1, 6)
+    );
+    assert!(
+        engine.store_ok(),
+        "a chunk answered: the rules are not all put on their fallback"
+    );
+    let landed = totals(&store).iter().filter(|&&n| n == 1).count();
+    assert_eq!(landed, 4);
+    // Back up: the six that did not land go (the failed chunk's outcome is settled by its
+    // receipt first), the four that did are not sent again.
+    store.set_available(true);
+    let report = engine.flush().await;
+    assert_eq!((report.items, report.failed), (6, 0));
+    assert_eq!(totals(&store), vec![1; KEYS], "nothing lost, nothing twice");
+}
