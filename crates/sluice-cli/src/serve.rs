@@ -279,6 +279,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             shared_store: !store_is_memory,
             expected_instances: config.expected_instances,
             max_keys_per_rule: config.max_keys_per_rule,
+            flush_chunk_items: config.flush_chunk_items,
             ..EngineOptions::default()
         },
     );

@@ -47,7 +47,7 @@ pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings,
 };
-pub use service::{HeaderStyle, Listen, ServiceConfig};
+pub use service::{DEFAULT_FLUSH_CHUNK_ITEMS, HeaderStyle, Listen, ServiceConfig};
 pub use target::{
     ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget, StoreConfig,
 };

@@ -70,6 +70,7 @@ pub(crate) struct RawServiceFile {
     pub headers: Option<Spanned<String>>,
     pub expected_instances: Option<Spanned<i64>>,
     pub max_keys_per_rule: Option<Spanned<i64>>,
+    pub flush_chunk_items: Option<Spanned<i64>>,
     pub store_ca_file: Option<Spanned<String>>,
     #[serde(default)]
     pub gateways: Vec<RawGateway>,

@@ -77,6 +77,9 @@ pub struct ServiceConfig {
     /// (`max_keys_per_rule`, default 1,000,000); keys beyond it share the rule's fixed-size
     /// sketch. With keys of at most 128 bytes this bounds a rule's memory.
     pub max_keys_per_rule: usize,
+    /// Most keys per flush pipeline (`flush_chunk_items`, default 20,000): a larger flush goes
+    /// in several, each within the store's per-call timeout.
+    pub flush_chunk_items: usize,
     /// PEM root certificate(s) to trust for a `rediss://` store instead of the built-in web
     /// roots (`store_ca_file`, resolved against the config file's directory).
     pub store_ca_file: Option<PathBuf>,
@@ -87,6 +90,11 @@ pub struct ServiceConfig {
 }
 
 pub(crate) const MAX_COST: i64 = sluice_core::MAX_COST as i64;
+
+/// `flush_chunk_items` when the file does not set it: at three commands a key, a chunk this
+/// size takes Redis itself 85-150 ms in the flush bench (docs/BENCHMARKS.md), well within the
+/// 500 ms call timeout.
+pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 20_000;
 
 /// `max_keys_per_rule` when the file does not set it.
 pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
@@ -268,6 +276,19 @@ impl ServiceConfig {
                 )));
             }
         };
+        let flush_chunk_items = match &raw.flush_chunk_items {
+            None => DEFAULT_FLUSH_CHUNK_ITEMS,
+            Some(n) if (1..=1_000_000).contains(&n.value) => n.value as usize,
+            Some(n) => {
+                return Err(err(Located::at(
+                    n,
+                    format!(
+                        "flush_chunk_items must be between 1 and 1000000, found {}; a chunk must fit the store's 500 ms call timeout",
+                        n.value
+                    ),
+                )));
+            }
+        };
         Ok(ServiceConfig {
             file: file.to_path_buf(),
             store,
@@ -280,6 +301,7 @@ impl ServiceConfig {
             gateways,
             expected_instances,
             max_keys_per_rule,
+            flush_chunk_items,
             store_ca_file: raw.store_ca_file.as_ref().map(|f| base.join(&f.value)),
             listeners: crate::protection::parse_listeners(&raw.listeners).map_err(err)?,
             access: crate::protection::parse_access(&raw.access, base).map_err(err)?,

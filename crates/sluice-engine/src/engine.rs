@@ -58,11 +58,6 @@ pub struct EngineOptions {
     pub flush_chunk_items: usize,
 }
 
-/// `EngineOptions::flush_chunk_items` by default: at three commands a key, a chunk this size
-/// takes Redis itself 85-150 ms in the flush bench (docs/BENCHMARKS.md), well within the
-/// 500 ms call timeout.
-pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 20_000;
-
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
@@ -71,7 +66,7 @@ impl Default for EngineOptions {
             max_keys_per_rule: 1_000_000,
             expected_instances: 1,
             follow_store_clock: true,
-            flush_chunk_items: DEFAULT_FLUSH_CHUNK_ITEMS,
+            flush_chunk_items: sluice_config::DEFAULT_FLUSH_CHUNK_ITEMS,
         }
     }
 }

@@ -37,6 +37,6 @@ mod table;
 mod verdict;
 
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
-pub use engine::{DEFAULT_FLUSH_CHUNK_ITEMS, Engine, EngineError, EngineOptions};
+pub use engine::{Engine, EngineError, EngineOptions};
 pub use flusher::{FlushReport, run_flush_loop};
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};
