@@ -77,7 +77,7 @@ pub struct ServiceConfig {
     /// (`max_keys_per_rule`, default 1,000,000); keys beyond it share the rule's fixed-size
     /// sketch. With keys of at most 128 bytes this bounds a rule's memory.
     pub max_keys_per_rule: usize,
-    /// Most keys per flush pipeline (`flush_chunk_items`, default 20,000): a larger flush goes
+    /// Most keys per flush pipeline (`flush_chunk_items`, default 5,000): a larger flush goes
     /// in several, each within the store's per-call timeout.
     pub flush_chunk_items: usize,
     /// PEM root certificate(s) to trust for a `rediss://` store instead of the built-in web
@@ -92,9 +92,10 @@ pub struct ServiceConfig {
 pub(crate) const MAX_COST: i64 = sluice_core::MAX_COST as i64;
 
 /// `flush_chunk_items` when the file does not set it: at three commands a key, a chunk this
-/// size takes Redis itself 85-150 ms in the flush bench (docs/BENCHMARKS.md), well within the
-/// 500 ms call timeout.
-pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 20_000;
+/// size takes Redis itself 21-39 ms in the flush bench (docs/BENCHMARKS.md), so it stays
+/// within the 500 ms call timeout even while a key spray keeps both CPUs busy (20,000 did not:
+/// docs/RELIABILITY.md).
+pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 5_000;
 
 /// `max_keys_per_rule` when the file does not set it.
 pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
