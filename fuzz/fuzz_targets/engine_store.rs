@@ -34,6 +34,8 @@ enum Op {
     Check { instance: bool, key: bool, user: u8, cost: u8 },
     Advance { ms: u16 },
     Store { available: bool, replies_lost: bool },
+    /// The store serves a few more round trips, then goes down (between a flush's chunks).
+    DiesAfter { calls: u8 },
     FlushDue { instance: bool },
     Flush { instance: bool },
 }
@@ -51,6 +53,9 @@ fuzz_target!(|ops: Vec<Op>| {
                 Arc::new(clock.clone()) as Arc<dyn Clock>,
                 EngineOptions {
                     node_id: Some(format!("node-{i}")),
+                    // Flushes of more than two keys go in several chunks, so a store that
+                    // fails between them is part of what the target explores.
+                    flush_chunk_items: 2,
                     ..EngineOptions::default()
                 },
             )
@@ -77,6 +82,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 store.set_available(available);
                 store.set_replies_lost(replies_lost);
             }
+            Op::DiesAfter { calls } => store.fail_after(u64::from(calls % 4)),
             Op::FlushDue { instance } => {
                 runtime.block_on(engines[usize::from(instance)].flush_due());
             }
@@ -85,6 +91,7 @@ fuzz_target!(|ops: Vec<Op>| {
             }
         }
     }
+    store.fail_after(u64::MAX);
     store.set_available(true);
     store.set_replies_lost(false);
     // Doubts are settled by the next flush, so two rounds deliver everything.

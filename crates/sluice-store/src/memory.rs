@@ -77,7 +77,8 @@ impl MemoryStore {
     }
 
     /// Serves `calls` more round trips, then switches itself off (as [`Self::set_available`]
-    /// with false): a store that dies in the middle of a flush of several chunks.
+    /// with false): a store that dies in the middle of a flush of several chunks. `u64::MAX`
+    /// disarms it.
     pub fn fail_after(&self, calls: u64) {
         self.fail_after.store(calls, Ordering::Relaxed);
     }
