@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod access;
 mod check;
 mod guarded;
+mod lifecycle;
 mod listener;
 mod serve;
 mod tls;
@@ -89,7 +90,12 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| rt.block_on(serve::run(&config)))
+                .and_then(|rt| {
+                    let served = rt.block_on(serve::run(&config));
+                    // Calls still running past `shutdown_timeout` are not waited for.
+                    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+                    served
+                })
                 .map(|()| ExitCode::SUCCESS)
         }
     };

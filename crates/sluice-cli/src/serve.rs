@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::access::Token;
 use crate::guarded::ConnectionCap;
+use crate::lifecycle::{keep_spill, open_state, wait_for_termination};
 use crate::listener::{connection_budget, guarded_incoming, protect, serve_http};
 
 /// How the admin endpoints and the reload paths share state.
@@ -70,11 +71,10 @@ impl Service {
         let new = old.reload(&config.rules, &config.defaults);
         let kept = new.shared_rules(&old);
         let domains = config.rules.domains().count();
+        // Counts of rules that went away still reach the store: the flusher keeps sweeping
+        // them until the requests holding the old engine are done.
         self.engine.store(Arc::new(new));
-        // Counts of rules that went away still reach the store.
-        tokio::spawn(async move {
-            old.flush().await;
-        });
+        drop(old);
         metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
         let message =
             format!("reloaded {domains} domains; {kept} unchanged rules kept their counters");
@@ -283,6 +283,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             ..EngineOptions::default()
         },
     );
+    let state = open_state(&config.lifecycle, &engine)?;
     let engine: SharedEngine = Arc::new(ArcSwap::from_pointee(engine));
     let service = Arc::new(Service {
         config_path: config_path.to_path_buf(),
@@ -491,32 +492,31 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     });
 
     wait_for_termination().await;
-    tracing::info!("shutting down: no new connections; finishing calls in flight");
+    let timeout = config.lifecycle.shutdown_timeout;
+    tracing::info!(
+        ?timeout,
+        "shutting down: no new connections; flushing now and while calls in flight finish"
+    );
     let _ = stop_tx.send(true);
-    let served = servers.await.context("listener task")?;
+    let first_flush = {
+        let engine = engine.load_full();
+        tokio::spawn(async move { engine.flush().await })
+    };
+    let served = match tokio::time::timeout(timeout, servers).await {
+        Ok(served) => served.context("listener task")?,
+        Err(_) => {
+            tracing::warn!(
+                ?timeout,
+                "calls still in flight at shutdown_timeout are cut off"
+            );
+            Ok(())
+        }
+    };
+    let _ = first_flush.await;
     let _ = served_tx.send(());
     let _ = reloader.await;
     let report = flusher.await.context("flush task")?;
-    tracing::info!(
-        items = report.items,
-        failed = report.failed,
-        "final flush done; bye"
-    );
+    let spill = engine.load_full().spill().await;
+    keep_spill(state.as_deref(), &spill, &report);
     served
-}
-
-async fn wait_for_termination() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let term = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
 }

@@ -28,6 +28,7 @@
 mod duration;
 mod error;
 mod gateway;
+mod lifecycle;
 mod load;
 mod protection;
 mod raw;
@@ -40,6 +41,7 @@ mod target;
 
 pub use error::ConfigError;
 pub use gateway::{Action, Gateway, HeaderMatch, HeaderMatcher, Route, RouteMatch};
+pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT, Lifecycle};
 pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};
 pub use protection::{Access, ListenerLimits, TlsFiles};
 pub use redact::{redact_secrets, redact_url, secrets_in};

@@ -71,6 +71,8 @@ pub(crate) struct RawServiceFile {
     pub expected_instances: Option<Spanned<i64>>,
     pub max_keys_per_rule: Option<Spanned<i64>>,
     pub flush_chunk_items: Option<Spanned<i64>>,
+    pub shutdown_timeout: Option<Spanned<String>>,
+    pub state_dir: Option<Spanned<String>>,
     pub store_ca_file: Option<Spanned<String>>,
     #[serde(default)]
     pub gateways: Vec<RawGateway>,

@@ -80,6 +80,8 @@ pub struct ServiceConfig {
     /// Most keys per flush pipeline (`flush_chunk_items`, default 5,000): a larger flush goes
     /// in several, each within the store's per-call timeout.
     pub flush_chunk_items: usize,
+    /// How a stopping instance drains and where it keeps counts the store could not take.
+    pub lifecycle: crate::Lifecycle,
     /// PEM root certificate(s) to trust for a `rediss://` store instead of the built-in web
     /// roots (`store_ca_file`, resolved against the config file's directory).
     pub store_ca_file: Option<PathBuf>,
@@ -303,6 +305,12 @@ impl ServiceConfig {
             expected_instances,
             max_keys_per_rule,
             flush_chunk_items,
+            lifecycle: crate::lifecycle::parse_lifecycle(
+                raw.shutdown_timeout.as_ref(),
+                raw.state_dir.as_ref(),
+                base,
+            )
+            .map_err(err)?,
             store_ca_file: raw.store_ca_file.as_ref().map(|f| base.join(&f.value)),
             listeners: crate::protection::parse_listeners(&raw.listeners).map_err(err)?,
             access: crate::protection::parse_access(&raw.access, base).map_err(err)?,

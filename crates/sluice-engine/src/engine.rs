@@ -11,7 +11,7 @@ use sluice_store::CounterStore;
 use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
-use crate::flusher::{Due, FlushReport, Flusher};
+use crate::flusher::{Due, FlushReport, Flusher, Retired, Spill, StateDir};
 use crate::rule::{RuleEngine, RuleKind};
 use crate::table::RuleTable;
 use crate::verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};
@@ -128,6 +128,17 @@ impl Engine {
             &self.options,
             Some(&self.table),
         );
+        // Requests that took this engine before the swap may still count into the synced
+        // rules the new table drops: the flusher keeps sweeping them until they are done.
+        let dropped = self
+            .table
+            .rules()
+            .filter(|old| !table.rules().any(|new| Arc::ptr_eq(&old.kind, &new.kind)));
+        for rule in dropped {
+            if let Some(retired) = Retired::new(rule.id.clone(), &rule.kind) {
+                self.flusher.retire(retired);
+            }
+        }
         Self {
             clock: self.clock.clone(),
             table,
@@ -330,6 +341,25 @@ impl Engine {
     /// Flushes the synced rules whose span ended since their last flush.
     pub async fn flush_due(&self) -> FlushReport {
         self.flusher.flush(&self.table, Due::SpanEnded).await
+    }
+
+    /// Every count this instance could not deliver to the store, for its state directory at
+    /// shutdown ([`StateDir::save`]); empty when everything arrived. Takes the keys' counts:
+    /// call it once, after the final flush.
+    pub async fn spill(&self) -> Spill {
+        self.flusher.spill(&self.table).await
+    }
+
+    /// Delivers an earlier run's spill with the next flushes (the engines reloads build from
+    /// this one too), exactly once: what is in doubt is settled by its receipt first, and the
+    /// file in `state` is rewritten before every send and removed once all is delivered.
+    pub fn replay(&self, spill: Spill, state: Arc<StateDir>) {
+        self.flusher.replay(spill, state);
+    }
+
+    /// Counts of an earlier run's spill not delivered yet.
+    pub fn replay_pending(&self) -> u64 {
+        self.flusher.replay_pending()
     }
 
     /// Runs the flush loop ([`crate::run_flush_loop`]) for this engine until `shutdown`

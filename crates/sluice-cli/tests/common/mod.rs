@@ -126,6 +126,11 @@ impl Serve {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    /// The directory holding its `sluice.yaml` (and its log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn rules_dir(&self) -> PathBuf {
         self.dir.join("rules")
     }

@@ -11,6 +11,8 @@ use metrics::counter;
 use sluice_core::{Clock, Nanos};
 use sluice_store::{CounterStore, FlushItem, FlushOutcome, FlushReceipt, StoreError};
 
+use super::spill::{Spill, SpilledCount, SpilledDoubt};
+
 /// What became of one item of a flush.
 #[derive(Debug)]
 pub(crate) enum ItemResult {
@@ -264,6 +266,43 @@ impl Delivery {
             Err(_) => true,
         });
         result
+    }
+
+    /// Everything this delivery is responsible for, as a spill (at shutdown, when the store
+    /// could not take it): `items` (every key's unsent counts) less what is known to have
+    /// arrived and what is in an unsettled flush, plus the unsettled flushes themselves.
+    /// Empties the delivery. `now_ms` is the store-corrected time.
+    pub(crate) fn spill(&mut self, items: &[FlushItem], now_ms: u64) -> Spill {
+        let mut known = self.landed.clone();
+        for doubt in &self.doubt {
+            for (item, _) in doubt.sent.iter().zip(&doubt.unknown).filter(|(_, u)| **u) {
+                *known.entry((item.key.clone(), item.window)).or_default() += item.delta;
+            }
+        }
+        let pending = items
+            .iter()
+            .filter_map(|item| {
+                let known = known.get(&(item.key.clone(), item.window)).copied();
+                let delta = item.delta.saturating_sub(known.unwrap_or(0));
+                (delta > 0).then(|| SpilledCount::of(item, delta, now_ms))
+            })
+            .collect();
+        let doubts = self
+            .doubt
+            .drain(..)
+            .map(|d| SpilledDoubt {
+                owner: d.receipt.owner.to_string(),
+                token: d.receipt.token,
+                sent: d
+                    .sent
+                    .iter()
+                    .map(|i| SpilledCount::of(i, i.delta, now_ms))
+                    .collect(),
+                unknown: d.unknown,
+            })
+            .collect();
+        self.landed.clear();
+        Spill::new(doubts, pending)
     }
 
     /// Items of `sent` whose outcome is unknown (the store became unreachable while they were

@@ -5,7 +5,10 @@
 //! the engines its reloads build, so flushes never overlap and nothing it knows is lost.
 
 mod delivery;
+mod replay;
+mod retired;
 mod schedule;
+mod spill;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -15,12 +18,15 @@ use sluice_core::{Clock, Nanos};
 use sluice_store::{CounterStore, FlushItem, StoreError};
 
 pub use schedule::run_flush_loop;
+pub use spill::{Spill, StateDir, StateError};
 
 use crate::health::{HealthCell, StoreHealth};
 use crate::rule::{RuleEngine, RuleKind};
-use crate::synced::PendingFlush;
+use crate::synced::{PendingFlush, SyncedRule};
 use crate::table::RuleTable;
 use delivery::{Delivery, ItemResult};
+use replay::Replay;
+pub(crate) use retired::Retired;
 
 /// What one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -62,6 +68,10 @@ pub(crate) struct Flusher {
     delivery: tokio::sync::Mutex<Delivery>,
     /// Items per pipeline (`EngineOptions::flush_chunk_items`).
     chunk: usize,
+    /// Synced rules reloads removed, swept until they are done.
+    retired: parking_lot::Mutex<Vec<Retired>>,
+    /// An earlier run's spill still to deliver; taken out for a step, under `delivery`'s lock.
+    replay: parking_lot::Mutex<Option<Replay>>,
 }
 
 /// Nanoseconds between probes of an idle store.
@@ -90,7 +100,35 @@ impl Flusher {
             last_probe: AtomicU64::new(0),
             delivery: tokio::sync::Mutex::new(Delivery::new()),
             chunk: chunk.max(1),
+            retired: parking_lot::Mutex::new(Vec::new()),
+            replay: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Keeps flushing a synced rule a reload removed (see [`Retired`]).
+    pub(crate) fn retire(&self, rule: Retired) {
+        self.retired.lock().push(rule);
+    }
+
+    /// The removed rules still to sweep (those done are forgotten).
+    fn retired_rules(&self) -> Vec<Retired> {
+        let mut retired = self.retired.lock();
+        retired.retain(Retired::is_live);
+        retired.clone()
+    }
+
+    /// Delivers `spill` (an earlier run's) with the next flushes, keeping its file in `state`.
+    pub(crate) fn replay(&self, spill: Spill, state: Arc<StateDir>) {
+        let mut slot = self.replay.lock();
+        match slot.as_mut() {
+            Some(replay) => replay.add(spill),
+            None => *slot = Some(Replay::new(state, &self.node, spill)),
+        }
+    }
+
+    /// Counts of an earlier run's spill not yet delivered.
+    pub(crate) fn replay_pending(&self) -> u64 {
+        self.replay.lock().as_ref().map_or(0, Replay::counts)
     }
 
     pub(crate) fn store(&self) -> &dyn CounterStore {
@@ -131,31 +169,58 @@ impl Flusher {
         gauge!("sluice_clock_offset_seconds").set(offset as f64 / 1e9);
     }
 
-    /// One flush over `table`'s rules: sweep every rule, send the synced counts that are due,
-    /// apply the replies. With nothing to send, probe the store instead when it is due.
+    /// One flush over `table`'s rules (and the rules reloads removed): sweep every rule, send
+    /// the synced counts that are due, apply the replies; then, with the store answering, a
+    /// step of an earlier run's spill. With nothing to send, probe the store instead when it
+    /// is due.
     pub(crate) async fn flush(&self, table: &RuleTable, due: Due) -> FlushReport {
         let mut delivery = self.delivery.lock().await;
         let now = self.now();
+        let retired = self.retired_rules();
         let mut items: Vec<FlushItem> = Vec::new();
-        let mut pending: Vec<(&RuleEngine, PendingFlush)> = Vec::new();
+        let mut pending: Vec<(&SyncedRule, PendingFlush)> = Vec::new();
         let mut report = FlushReport::default();
         for rule in table.rules() {
             report.evicted += self.sweep(rule, now, due, &mut items, &mut pending);
         }
+        for rule in &retired {
+            if let Some(synced) = rule.synced() {
+                report.evicted += sweep_synced(
+                    &rule.id,
+                    synced,
+                    now,
+                    &self.node,
+                    &mut items,
+                    &mut pending,
+                    false,
+                );
+            }
+        }
         if items.is_empty() {
             self.probe_if_due(table, &mut report).await;
-            return report;
+        } else {
+            self.send(&mut delivery, &mut items, &pending, &mut report)
+                .await;
         }
+        if self.health().answering() {
+            self.replay_step(&mut report).await;
+        }
+        report
+    }
+
+    /// Sends a flush's items and applies the answer to their keys.
+    async fn send(
+        &self,
+        delivery: &mut Delivery,
+        items: &mut [FlushItem],
+        pending: &[(&SyncedRule, PendingFlush)],
+        report: &mut FlushReport,
+    ) {
+        let now = self.now();
         report.items = items.len();
         let sent_at = self.clock.now();
         let result = delivery
-            .send(
-                &*self.store,
-                &self.node,
-                &mut items,
-                self.chunk,
-                &*self.clock,
-            )
+            .send(&*self.store, &self.node, items, self.chunk, &*self.clock)
             .await;
         let received_at = self.clock.now();
         histogram!("sluice_flush_duration_seconds")
@@ -172,15 +237,9 @@ impl Flusher {
                 }
                 self.count_item_results(&sent.results);
                 let now = self.now();
-                for (rule, p) in &pending {
-                    if let RuleKind::Synced(synced) = &*rule.kind
-                        && !synced.apply(
-                            p,
-                            |i| sent.results.get(i).and_then(ItemResult::outcome),
-                            &self.node,
-                            now,
-                        )
-                    {
+                for (synced, p) in pending {
+                    let outcome = |i: usize| sent.results.get(i).and_then(ItemResult::outcome);
+                    if !synced.apply(p, outcome, &self.node, now) {
                         report.failed += 1;
                     }
                 }
@@ -191,16 +250,65 @@ impl Flusher {
                 count_store_error(&e);
                 counter!("sluice_flushes_total", "result" => "error").increment(1);
                 tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply");
-                for (rule, p) in &pending {
-                    if let RuleKind::Synced(synced) = &*rule.kind {
-                        synced.apply(p, |_| None, &self.node, now);
-                    }
+                for (synced, p) in pending {
+                    synced.apply(p, |_| None, &self.node, now);
                 }
                 report.failed = report.items;
                 report.error = Some(e.to_string());
             }
         }
-        report
+    }
+
+    /// One step of an earlier run's spill, when there is one.
+    async fn replay_step(&self, report: &mut FlushReport) {
+        let Some(mut replay) = self.replay.lock().take() else {
+            return;
+        };
+        let step = replay
+            .step(&*self.store, self.chunk, self.now() / 1_000_000)
+            .await;
+        if let Some(e) = &step.error {
+            count_store_error(e);
+            report.error.get_or_insert_with(|| e.to_string());
+        }
+        if replay.is_done() {
+            tracing::info!("every count of the last run's spill file is delivered");
+        } else {
+            *self.replay.lock() = Some(replay);
+        }
+    }
+
+    /// Every count this instance could not deliver, for the state directory at shutdown:
+    /// every key's unsent counts (less those known to have arrived, and those in an unsettled
+    /// flush, which go in as doubts), plus what is left of an earlier run's spill. The keys'
+    /// counts are taken: call it once, after the final flush.
+    pub(crate) async fn spill(&self, table: &RuleTable) -> Spill {
+        let mut delivery = self.delivery.lock().await;
+        let now = self.now();
+        let mut items: Vec<FlushItem> = Vec::new();
+        let mut pending = Vec::new();
+        for rule in table.rules() {
+            self.sweep(rule, now, Due::All, &mut items, &mut pending);
+        }
+        for rule in &self.retired_rules() {
+            if let Some(synced) = rule.synced() {
+                sweep_synced(
+                    &rule.id,
+                    synced,
+                    now,
+                    &self.node,
+                    &mut items,
+                    &mut pending,
+                    false,
+                );
+            }
+        }
+        let mut spill = delivery.spill(&items, now / 1_000_000);
+        if let Some(replay) = self.replay.lock().take() {
+            spill.merge(replay.into_spill());
+        }
+        counter!("sluice_spilled_counts_total").increment(spill.counts());
+        spill
     }
 
     /// Store errors of single items (one warning per flush, however many), and items held back
@@ -245,7 +353,7 @@ impl Flusher {
         now: Nanos,
         due: Due,
         items: &mut Vec<FlushItem>,
-        pending: &mut Vec<(&'t RuleEngine, PendingFlush)>,
+        pending: &mut Vec<(&'t SyncedRule, PendingFlush)>,
     ) -> usize {
         let id = || rule.id.to_string();
         match &*rule.kind {
@@ -255,18 +363,7 @@ impl Flusher {
                     return 0;
                 }
                 rule.flushed_span.store(span, Ordering::Relaxed);
-                let mut mine = Vec::new();
-                let sweep = synced.prepare_flush(now, &self.node, items, &mut mine);
-                if sweep.evicted > 0 {
-                    counter!("sluice_evicted_keys_total", "rule" => id())
-                        .increment(sweep.evicted as u64);
-                }
-                gauge!("sluice_tracked_keys", "rule" => id()).set(synced.keys.len() as f64);
-                gauge!("sluice_live_instances", "rule" => id()).set(sweep.live_instances as f64);
-                gauge!("sluice_blocked_keys", "rule" => id()).set(sweep.blocked as f64);
-                gauge!("sluice_node_estimate", "rule" => id()).set(sweep.node_estimate as f64);
-                pending.extend(mine.into_iter().map(|p| (rule, p)));
-                sweep.evicted
+                sweep_synced(&rule.id, synced, now, &self.node, items, pending, true)
             }
             RuleKind::Local(local) => {
                 let evicted = local.evict_idle(now);
@@ -308,4 +405,32 @@ impl Flusher {
             }
         }
     }
+}
+
+/// A synced rule's part of a flush: its counts into `items` (and `pending`), idle keys dropped;
+/// with `gauges`, the rule's gauges set (not for a rule a reload removed). Returns the keys
+/// evicted.
+fn sweep_synced<'t>(
+    id: &Arc<str>,
+    synced: &'t SyncedRule,
+    now: Nanos,
+    node: &Arc<str>,
+    items: &mut Vec<FlushItem>,
+    pending: &mut Vec<(&'t SyncedRule, PendingFlush)>,
+    gauges: bool,
+) -> usize {
+    let mut mine = Vec::new();
+    let sweep = synced.prepare_flush(now, node, items, &mut mine);
+    let id = || id.to_string();
+    if sweep.evicted > 0 {
+        counter!("sluice_evicted_keys_total", "rule" => id()).increment(sweep.evicted as u64);
+    }
+    if gauges {
+        gauge!("sluice_tracked_keys", "rule" => id()).set(synced.keys.len() as f64);
+        gauge!("sluice_live_instances", "rule" => id()).set(sweep.live_instances as f64);
+        gauge!("sluice_blocked_keys", "rule" => id()).set(sweep.blocked as f64);
+        gauge!("sluice_node_estimate", "rule" => id()).set(sweep.node_estimate as f64);
+    }
+    pending.extend(mine.into_iter().map(|p| (synced, p)));
+    sweep.evicted
 }

@@ -331,6 +331,14 @@ impl SyncedRule {
         })
     }
 
+    /// Whether some key has counts that have not reached the store.
+    pub(crate) fn has_unsent(&self) -> bool {
+        let guard = self.keys.guard();
+        self.keys
+            .iter(&guard)
+            .any(|(_, key)| key.lock().unsent() > 0)
+    }
+
     /// Keys with shared state (tests).
     #[cfg(test)]
     pub(crate) fn shared_len(&self) -> usize {

@@ -1,0 +1,37 @@
+//! Synced rules a reload removed: requests that took the old engine before the swap may still
+//! count into them, so every flush sweeps them until no engine holds them and their counts
+//! are all out.
+
+use std::sync::Arc;
+
+use crate::rule::RuleKind;
+use crate::synced::SyncedRule;
+
+/// One removed synced rule.
+#[derive(Clone)]
+pub(crate) struct Retired {
+    pub id: Arc<str>,
+    kind: Arc<RuleKind>,
+}
+
+impl Retired {
+    /// `kind` when it is a synced rule (nothing else has counts to flush).
+    pub(crate) fn new(id: Arc<str>, kind: &Arc<RuleKind>) -> Option<Self> {
+        matches!(**kind, RuleKind::Synced(_)).then(|| Self {
+            id,
+            kind: kind.clone(),
+        })
+    }
+
+    pub(crate) fn synced(&self) -> Option<&SyncedRule> {
+        match &*self.kind {
+            RuleKind::Synced(synced) => Some(synced),
+            _ => None,
+        }
+    }
+
+    /// Still held by an engine (a request in flight), or still holding counts to send.
+    pub(crate) fn is_live(&self) -> bool {
+        Arc::strong_count(&self.kind) > 1 || self.synced().is_some_and(SyncedRule::has_unsent)
+    }
+}
