@@ -280,6 +280,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             expected_instances: config.expected_instances,
             max_keys_per_rule: config.max_keys_per_rule,
             flush_chunk_items: config.flush_chunk_items,
+            exact_calls: config.exact,
             ..EngineOptions::default()
         },
     );

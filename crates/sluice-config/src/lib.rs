@@ -27,6 +27,7 @@
 
 mod duration;
 mod error;
+mod exact_calls;
 mod gateway;
 mod lifecycle;
 mod load;
@@ -40,6 +41,7 @@ mod store;
 mod target;
 
 pub use error::ConfigError;
+pub use exact_calls::ExactCalls;
 pub use gateway::{Action, Gateway, HeaderMatch, HeaderMatcher, Route, RouteMatch};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT, Lifecycle};
 pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};

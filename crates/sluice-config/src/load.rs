@@ -97,6 +97,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             expected_instances: 1,
             max_keys_per_rule: crate::service::DEFAULT_MAX_KEYS_PER_RULE,
             flush_chunk_items: crate::service::DEFAULT_FLUSH_CHUNK_ITEMS,
+            exact: Default::default(),
             lifecycle: Default::default(),
             store_ca_file: None,
             listeners: Default::default(),

@@ -73,6 +73,8 @@ pub(crate) struct RawServiceFile {
     pub flush_chunk_items: Option<Spanned<i64>>,
     pub shutdown_timeout: Option<Spanned<String>>,
     pub state_dir: Option<Spanned<String>>,
+    #[serde(default)]
+    pub exact: crate::exact_calls::RawExactCalls,
     pub store_ca_file: Option<Spanned<String>>,
     #[serde(default)]
     pub gateways: Vec<RawGateway>,

@@ -80,6 +80,8 @@ pub struct ServiceConfig {
     /// Most keys per flush pipeline (`flush_chunk_items`, default 5,000): a larger flush goes
     /// in several, each within the store's per-call timeout.
     pub flush_chunk_items: usize,
+    /// How `exact` mode calls the store (`exact:`).
+    pub exact: crate::ExactCalls,
     /// How a stopping instance drains and where it keeps counts the store could not take.
     pub lifecycle: crate::Lifecycle,
     /// PEM root certificate(s) to trust for a `rediss://` store instead of the built-in web
@@ -305,6 +307,7 @@ impl ServiceConfig {
             expected_instances,
             max_keys_per_rule,
             flush_chunk_items,
+            exact: crate::exact_calls::parse_exact_calls(&raw.exact).map_err(err)?,
             lifecycle: crate::lifecycle::parse_lifecycle(
                 raw.shutdown_timeout.as_ref(),
                 raw.state_dir.as_ref(),

@@ -10,6 +10,7 @@ use sluice_core::{Clock, Decision, MAX_COST, Nanos};
 use sluice_store::CounterStore;
 use smallvec::SmallVec;
 
+use crate::breaker::BreakerState;
 use crate::descriptor_key::with_key;
 use crate::flusher::{Due, FlushReport, Flusher, Retired, Spill, StateDir};
 use crate::rule::{RuleEngine, RuleKind};
@@ -56,6 +57,12 @@ pub struct EngineOptions {
     /// Most items (keys and windows) per flush pipeline: a larger flush goes in several, each
     /// within the store's per-call timeout, so a key spray cannot make every flush time out.
     pub flush_chunk_items: usize,
+    /// How `exact` rules call the store: the time budget per request and the circuit breaker.
+    pub exact_calls: sluice_config::ExactCalls,
+    /// Cut exact-mode store calls off at `exact_calls.timeout` with a tokio timer (it needs a
+    /// runtime with time enabled). The simulator, which polls futures itself on manual
+    /// clocks, turns it off; the breaker works either way.
+    pub exact_budget_timer: bool,
 }
 
 impl Default for EngineOptions {
@@ -67,6 +74,8 @@ impl Default for EngineOptions {
             expected_instances: 1,
             follow_store_clock: true,
             flush_chunk_items: sluice_config::DEFAULT_FLUSH_CHUNK_ITEMS,
+            exact_calls: sluice_config::ExactCalls::default(),
+            exact_budget_timer: true,
         }
     }
 }
@@ -108,6 +117,8 @@ impl Engine {
             node,
             options.follow_store_clock,
             options.flush_chunk_items,
+            &options.exact_calls,
+            options.exact_budget_timer,
         );
         Self {
             table: RuleTable::build(rules, defaults, &clock, &options, None),
@@ -173,6 +184,11 @@ impl Engine {
     /// Whether the last flush (or probe) reached the store.
     pub fn store_ok(&self) -> bool {
         self.flusher.health().answering()
+    }
+
+    /// Where exact mode's circuit breaker is.
+    pub fn exact_breaker(&self) -> BreakerState {
+        self.flusher.breaker_state()
     }
 
     /// Whether the store has ever answered a flush or probe.

@@ -10,7 +10,16 @@ use sluice_config::{AlgorithmKind, OnStoreError, ResolvedLimit};
 use sluice_core::{Clock, Decision, FixedWindow, KeyedLimiter, Nanos, Rate};
 use sluice_store::{CounterStore, ExactAlgorithm, ExactRequest, StoreError};
 
+use crate::breaker::{Admission, Breaker};
 use crate::verdict::Reason;
+
+/// What an exact-mode request calls the store with: the store, its breaker, the time budget
+/// (`None`: no timer, the store's own timeout applies).
+pub(crate) struct StoreCalls<'a> {
+    pub store: &'a dyn CounterStore,
+    pub breaker: &'a Breaker,
+    pub timeout: Option<Duration>,
+}
 
 type FastHasher = foldhash::fast::RandomState;
 
@@ -58,9 +67,12 @@ impl ExactRule {
         }
     }
 
+    /// Decides one request: a key known to be over its limit is denied here; otherwise the
+    /// store decides, within the request's time budget and unless the breaker is open, and
+    /// when it cannot, `on_store_error` does. Returns the store's error, if it failed.
     pub(crate) async fn check(
         &self,
-        store: &dyn CounterStore,
+        store: &StoreCalls<'_>,
         key: &str,
         store_key: Arc<str>,
         now: Nanos,
@@ -85,13 +97,31 @@ impl ExactRule {
                 self.over_limit.remove(key, &guard);
             }
         }
+        if store.breaker.admit(now) == Admission::FailFast {
+            let (decision, reason) = self.on_store_error(key, now, cost, max_keys);
+            return (decision, reason, None);
+        }
         let request = ExactRequest {
             key: store_key,
             algorithm: self.algorithm,
             now_us: now / 1000,
             cost,
         };
-        match store.exact(&request).await {
+        // A call cut off by the budget may still be applied by the store: counted, not
+        // admitted (the safe side).
+        let call = store.store.exact(&request);
+        let result = match store.timeout {
+            Some(budget) => tokio::time::timeout(budget, call)
+                .await
+                .unwrap_or(Err(StoreError::Timeout(budget))),
+            None => call.await,
+        };
+        match &result {
+            Ok(_) => store.breaker.succeeded(),
+            Err(e) if e.is_unavailable() => store.breaker.failed(now),
+            Err(_) => {}
+        }
+        match result {
             Ok(Decision::Denied(d)) => {
                 let until =
                     now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
@@ -105,33 +135,45 @@ impl ExactRule {
             }
             Ok(d) => (d, None, None),
             Err(e) => {
-                let decision = match self.on_store_error {
-                    OnStoreError::Allow => Decision::Allowed(sluice_core::Allowed {
-                        remaining: 0,
-                        reset_after: Duration::ZERO,
-                        delay: Duration::ZERO,
-                    }),
-                    OnStoreError::Deny => Decision::Denied(sluice_core::Denied {
-                        retry_after: Duration::from_secs(1),
-                        reset_after: Duration::from_secs(1),
-                    }),
-                    // At the key cap, a key the fallback does not know is denied: a key spray
-                    // during an outage cannot grow memory.
-                    _ if self.fallback.len() >= max_keys && !self.fallback.contains(key) => {
-                        Decision::Denied(sluice_core::Denied {
-                            retry_after: Duration::from_secs(1),
-                            reset_after: Duration::from_secs(1),
-                        })
-                    }
-                    _ => self.fallback.check_at(key, now, cost),
-                };
-                let reason = (!decision.is_allowed()).then_some(match self.on_store_error {
-                    OnStoreError::Deny => Reason::StoreError,
-                    _ => Reason::Fallback,
-                });
+                let (decision, reason) = self.on_store_error(key, now, cost, max_keys);
                 (decision, reason, Some(e))
             }
         }
+    }
+
+    /// The rule's `on_store_error` decision.
+    fn on_store_error(
+        &self,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+        max_keys: usize,
+    ) -> (Decision, Option<Reason>) {
+        let decision = match self.on_store_error {
+            OnStoreError::Allow => Decision::Allowed(sluice_core::Allowed {
+                remaining: 0,
+                reset_after: Duration::ZERO,
+                delay: Duration::ZERO,
+            }),
+            OnStoreError::Deny => Decision::Denied(sluice_core::Denied {
+                retry_after: Duration::from_secs(1),
+                reset_after: Duration::from_secs(1),
+            }),
+            // At the key cap, a key the fallback does not know is denied: a key spray
+            // during an outage cannot grow memory.
+            _ if self.fallback.len() >= max_keys && !self.fallback.contains(key) => {
+                Decision::Denied(sluice_core::Denied {
+                    retry_after: Duration::from_secs(1),
+                    reset_after: Duration::from_secs(1),
+                })
+            }
+            _ => self.fallback.check_at(key, now, cost),
+        };
+        let reason = (!decision.is_allowed()).then_some(match self.on_store_error {
+            OnStoreError::Deny => Reason::StoreError,
+            _ => Reason::Fallback,
+        });
+        (decision, reason)
     }
 
     pub(crate) fn evict(&self, now: Nanos) -> usize {

@@ -24,6 +24,7 @@
 //! assert!(!rt.block_on(engine.check("d", &request, 1)).unwrap().allowed);
 //! ```
 
+mod breaker;
 mod descriptor_key;
 mod engine;
 mod exact;
@@ -36,6 +37,7 @@ mod synced;
 mod table;
 mod verdict;
 
+pub use breaker::BreakerState;
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use flusher::{FlushReport, Spill, StateDir, StateError, run_flush_loop};

@@ -104,7 +104,14 @@ impl RuleEngine {
                     CounterKey::new(&self.id, &values).as_str().into()
                 };
                 let (d, reason, error) = exact
-                    .check(flusher.store(), &key, store_key(), now, cost, max_keys)
+                    .check(
+                        &flusher.exact_calls(),
+                        &key,
+                        store_key(),
+                        now,
+                        cost,
+                        max_keys,
+                    )
                     .await;
                 if let Some(e) = error {
                     count_store_error(&e);

@@ -7,12 +7,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use sluice_config::ExactCalls;
 use sluice_core::{Clock, ManualClock};
-use sluice_engine::{Engine, EngineOptions, Outcome, Reason};
+use sluice_engine::{BreakerState, Engine, EngineOptions, Outcome, Reason};
 use sluice_store::{RedisStore, RedisStoreOptions};
 use sluice_testkit::RedisServer;
 
+/// The tests of decisions give a call a generous budget (a loaded test machine may take more
+/// than the default 10 ms for the first call's connection); the breaker test sets its own.
 fn engine(server: &RedisServer, on_store_error: &str, clock: &ManualClock) -> Engine {
+    engine_with(
+        server,
+        on_store_error,
+        clock,
+        ExactCalls {
+            timeout: Duration::from_secs(2),
+            ..ExactCalls::default()
+        },
+    )
+}
+
+fn engine_with(
+    server: &RedisServer,
+    on_store_error: &str,
+    clock: &ManualClock,
+    exact_calls: ExactCalls,
+) -> Engine {
     let rules = rules(&format!(
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: 3, mode: exact, on_store_error: {on_store_error} }}\n"
     ));
@@ -30,6 +50,7 @@ fn engine(server: &RedisServer, on_store_error: &str, clock: &ManualClock) -> En
         Arc::new(clock.clone()) as Arc<dyn Clock>,
         EngineOptions {
             follow_store_clock: false,
+            exact_calls,
             ..EngineOptions::default()
         },
     )
@@ -90,4 +111,37 @@ async fn on_store_error_allow_and_local() {
         admitted, 3,
         "local fallback admits MAX / expected instances (1)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_opens_the_breaker_and_a_probe_closes_it_once_redis_answers() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let cool_off = Duration::from_secs(1);
+    let engine = engine_with(
+        &server,
+        "local",
+        &clock,
+        ExactCalls {
+            timeout: Duration::from_millis(50),
+            breaker_failures: 3,
+            breaker_cool_off: cool_off,
+        },
+    );
+    let req = [[("k", "v")]];
+    // The connection is up and the script loaded before the stall.
+    assert!(engine.check("d", &req, 0).await.unwrap().allowed);
+    server.pause();
+    for _ in 0..3 {
+        let v = engine.check("d", &req, 0).await.unwrap();
+        assert!(v.allowed, "on_store_error: local admits within MAX / 1");
+    }
+    assert_eq!(engine.exact_breaker(), BreakerState::Open);
+    // Open: the fallback decides without a call, until the cool-off ends.
+    let v = engine.check("d", &req, 1).await.unwrap();
+    assert!(v.allowed);
+    server.resume();
+    clock.advance(cool_off);
+    assert!(engine.check("d", &req, 0).await.unwrap().allowed);
+    assert_eq!(engine.exact_breaker(), BreakerState::Closed);
 }

@@ -215,6 +215,8 @@ fn simulate(
                 EngineOptions {
                     node_id: Some(format!("node-{i}")),
                     expected_instances: s.nodes.expected.unwrap_or(s.nodes.count as u64),
+                    // Futures are polled here on manual clocks: no tokio timers.
+                    exact_budget_timer: false,
                     ..EngineOptions::default()
                 },
             )

@@ -5,13 +5,14 @@
 //! the engines its reloads build, so flushes never overlap and nothing it knows is lost.
 
 mod delivery;
+mod offset;
 mod replay;
 mod retired;
 mod schedule;
 mod spill;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use metrics::{counter, gauge, histogram};
 use sluice_core::{Clock, Nanos};
@@ -20,11 +21,14 @@ use sluice_store::{CounterStore, FlushItem, StoreError};
 pub use schedule::run_flush_loop;
 pub use spill::{Spill, StateDir, StateError};
 
+use crate::breaker::{Breaker, BreakerState};
+use crate::exact::StoreCalls;
 use crate::health::{HealthCell, StoreHealth};
 use crate::rule::{RuleEngine, RuleKind};
 use crate::synced::{PendingFlush, SyncedRule};
 use crate::table::RuleTable;
 use delivery::{Delivery, ItemResult};
+use offset::ClockOffset;
 use replay::Replay;
 pub(crate) use retired::Retired;
 
@@ -59,8 +63,8 @@ pub(crate) struct Flusher {
     node: Arc<str>,
     /// Correct the clock by the store's `TIME` (`EngineOptions::follow_store_clock`).
     follow_store_clock: bool,
-    /// Store time minus local time, as last measured (nanoseconds).
-    offset_ns: AtomicI64,
+    /// Store time minus local time, as measured from trustworthy readings.
+    offset: ClockOffset,
     health: HealthCell,
     /// When the store's clock was last probed (raw local time).
     last_probe: AtomicU64,
@@ -72,6 +76,9 @@ pub(crate) struct Flusher {
     retired: parking_lot::Mutex<Vec<Retired>>,
     /// An earlier run's spill still to deliver; taken out for a step, under `delivery`'s lock.
     replay: parking_lot::Mutex<Option<Replay>>,
+    /// Exact mode's breaker and time budget per request.
+    breaker: Breaker,
+    exact_timeout: Option<std::time::Duration>,
 }
 
 /// Nanoseconds between probes of an idle store.
@@ -89,20 +96,37 @@ impl Flusher {
         node: Arc<str>,
         follow_store_clock: bool,
         chunk: usize,
+        exact: &sluice_config::ExactCalls,
+        exact_budget_timer: bool,
     ) -> Self {
         Self {
             store,
             clock,
             node,
             follow_store_clock,
-            offset_ns: AtomicI64::new(0),
+            offset: ClockOffset::new(),
             health: HealthCell::new(),
             last_probe: AtomicU64::new(0),
             delivery: tokio::sync::Mutex::new(Delivery::new()),
             chunk: chunk.max(1),
             retired: parking_lot::Mutex::new(Vec::new()),
             replay: parking_lot::Mutex::new(None),
+            breaker: Breaker::new(exact),
+            exact_timeout: exact_budget_timer.then_some(exact.timeout),
         }
+    }
+
+    /// How an exact-mode request calls the store.
+    pub(crate) fn exact_calls(&self) -> StoreCalls<'_> {
+        StoreCalls {
+            store: &*self.store,
+            breaker: &self.breaker,
+            timeout: self.exact_timeout,
+        }
+    }
+
+    pub(crate) fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
     }
 
     /// Keeps flushing a synced rule a reload removed (see [`Retired`]).
@@ -131,10 +155,6 @@ impl Flusher {
         self.replay.lock().as_ref().map_or(0, Replay::counts)
     }
 
-    pub(crate) fn store(&self) -> &dyn CounterStore {
-        &*self.store
-    }
-
     pub(crate) fn node(&self) -> &Arc<str> {
         &self.node
     }
@@ -146,7 +166,7 @@ impl Flusher {
     }
 
     pub(crate) fn offset_ns(&self) -> i64 {
-        self.offset_ns.load(Ordering::Relaxed)
+        self.offset.get()
     }
 
     pub(crate) fn health(&self) -> StoreHealth {
@@ -157,16 +177,12 @@ impl Flusher {
         self.health.reached()
     }
 
-    /// Takes the store's clock as read between `sent` and `received` (raw local times): the
-    /// offset is measured from the round trip's midpoint.
+    /// Takes the store's clock as read between `sent` and `received` (raw local times), when
+    /// the reading can be trusted ([`ClockOffset::observe`]).
     fn observe_store_time(&self, sent: Nanos, received: Nanos, store_time: Nanos) {
-        if !self.follow_store_clock {
-            return;
+        if self.follow_store_clock {
+            self.offset.observe(sent, received, store_time);
         }
-        let offset = store_time as i128 - (sent / 2 + received / 2) as i128;
-        let offset = offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64;
-        self.offset_ns.store(offset, Ordering::Relaxed);
-        gauge!("sluice_clock_offset_seconds").set(offset as f64 / 1e9);
     }
 
     /// One flush over `table`'s rules (and the rules reloads removed): sweep every rule, send

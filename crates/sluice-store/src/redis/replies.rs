@@ -62,14 +62,21 @@ fn parse_entries(v: &Value, names: &mut NodeNames) -> Option<Vec<NodeEntry>> {
             .collect::<Option<_>>()?,
         _ => return None,
     };
-    // An entry someone else wrote in another shape is skipped, not fatal.
+    // An entry someone else wrote in another shape is skipped, not fatal; past
+    // `MAX_ENTRIES` the rest are not kept (their counts are in the total all the same, and the
+    // engine takes counts no entry accounts for as one group).
     Some(
         pairs
             .iter()
             .filter_map(|(n, e)| NodeEntry::decode(n, e, names))
+            .take(MAX_ENTRIES)
             .collect(),
     )
 }
+
+/// The most instance entries kept from one key's reply: far more than a fleet has, so that a
+/// hash someone filled with fields cannot make each flush keep millions of entries.
+pub(crate) const MAX_ENTRIES: usize = 256;
 
 /// One item's outcome from the pipeline's replies. Only a failed `INCRBY` fails the item
 /// (nothing was added); a bad previous total or bad entries make the answer poorer, never
@@ -195,6 +202,17 @@ mod tests {
         // The second key's `node-a` is the same allocation; its odd entry is left out.
         assert_eq!(second.len(), 1);
         assert!(Arc::ptr_eq(&first[0].node, &second[0].node));
+        // A hash filled with fields: the first MAX_ENTRIES are kept.
+        let many: Vec<Value> = (0..MAX_ENTRIES + 100)
+            .flat_map(|i| {
+                [
+                    Value::BulkString(format!("n{i}").into_bytes()),
+                    Value::BulkString(b"1:1000:0".to_vec()),
+                ]
+            })
+            .collect();
+        let kept = parse_entries(&Value::Array(many), &mut names).unwrap();
+        assert_eq!(kept.len(), MAX_ENTRIES);
         // A reply that is not a list of pairs is no entries at all.
         assert_eq!(parse_entries(&Value::Int(3), &mut names), None);
         let mut encoded = String::new();

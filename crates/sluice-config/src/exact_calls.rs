@@ -1,0 +1,108 @@
+//! `exact:` in `sluice.yaml`: how `exact` mode calls the store (a time budget per request and
+//! a circuit breaker).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use crate::duration::parse_duration;
+use crate::error::Located;
+
+/// How `exact` mode calls the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExactCalls {
+    /// The most one request waits for the store (`exact.timeout`, default 10 ms, well under
+    /// Envoy's 20 ms rate-limit timeout); then the rule's `on_store_error` decides it.
+    pub timeout: Duration,
+    /// Store calls failing in a row (timeouts, refused connections) that open the breaker
+    /// (`exact.breaker_failures`, default 5): while open, `on_store_error` decides at once.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before one request probes the store
+    /// (`exact.breaker_cool_off`, default 1 s); a probe that succeeds closes it.
+    pub breaker_cool_off: Duration,
+}
+
+impl Default for ExactCalls {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_millis(10),
+            breaker_failures: 5,
+            breaker_cool_off: Duration::from_secs(1),
+        }
+    }
+}
+
+/// `exact:` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExactCalls {
+    pub timeout: Option<Spanned<String>>,
+    pub breaker_failures: Option<Spanned<i64>>,
+    pub breaker_cool_off: Option<Spanned<String>>,
+}
+
+fn duration(
+    field: &str,
+    value: Option<&Spanned<String>>,
+    default: Duration,
+    (min, max, range): (Duration, Duration, &str),
+) -> Result<Duration, Located> {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    match parse_duration(&v.value) {
+        Some(d) if d >= min && d <= max => Ok(d),
+        Some(_) => Err(Located::at(
+            v,
+            format!("exact.{field} must be between {range}, found `{}`", v.value),
+        )),
+        None => Err(Located::at(
+            v,
+            format!(
+                "exact.{field} `{}` is not a duration; write e.g. `10ms` or `1s`",
+                v.value
+            ),
+        )),
+    }
+}
+
+pub(crate) fn parse_exact_calls(raw: &RawExactCalls) -> Result<ExactCalls, Located> {
+    let d = ExactCalls::default();
+    let breaker_failures = match &raw.breaker_failures {
+        None => d.breaker_failures,
+        Some(n) if (1..=1000).contains(&n.value) => n.value as u32,
+        Some(n) => {
+            return Err(Located::at(
+                n,
+                format!(
+                    "exact.breaker_failures must be between 1 and 1000, found {}",
+                    n.value
+                ),
+            ));
+        }
+    };
+    Ok(ExactCalls {
+        timeout: duration(
+            "timeout",
+            raw.timeout.as_ref(),
+            d.timeout,
+            (
+                Duration::from_millis(1),
+                Duration::from_secs(10),
+                "1ms and 10s",
+            ),
+        )?,
+        breaker_failures,
+        breaker_cool_off: duration(
+            "breaker_cool_off",
+            raw.breaker_cool_off.as_ref(),
+            d.breaker_cool_off,
+            (
+                Duration::from_millis(10),
+                Duration::from_secs(3600),
+                "10ms and 1h",
+            ),
+        )?,
+    })
+}
