@@ -31,11 +31,12 @@ struct Service {
 }
 
 fn store_of(
-    config: &StoreConfig,
-    ca_file: Option<&Path>,
+    config: &ServiceConfig,
     clock: &Arc<dyn Clock>,
 ) -> anyhow::Result<(Arc<dyn CounterStore>, bool)> {
-    let tls_root_pem = ca_file
+    let tls_root_pem = config
+        .store_ca_file
+        .as_deref()
         .map(|f| {
             std::fs::read(f)
                 .map_err(|e| anyhow::anyhow!("cannot read store_ca_file {}: {e}", f.display()))
@@ -43,9 +44,12 @@ fn store_of(
         .transpose()?;
     let options = RedisStoreOptions {
         tls_root_pem,
+        timeout: config.store_timeout,
+        timeout_per_item: config.flush_timeout_per_key,
+        max_items_per_call: config.flush_chunk_items,
         ..RedisStoreOptions::default()
     };
-    Ok(match config {
+    Ok(match &config.store {
         StoreConfig::Memory => (Arc::new(MemoryStore::new(clock.clone())), true),
         StoreConfig::Redis(target) => (
             Arc::new(RedisStore::connect(target.clone(), options)?),
@@ -267,8 +271,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
-    let (store, store_is_memory) =
-        store_of(&config.store, config.store_ca_file.as_deref(), &clock)?;
+    let (store, store_is_memory) = store_of(&config, &clock)?;
     let description = store.describe();
     let engine = Engine::new(
         &config.rules,

@@ -39,6 +39,46 @@ pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     Some(total)
 }
 
+/// A duration setting's bounds, as its errors state them.
+pub(crate) struct Bounds {
+    pub min: Duration,
+    pub max: Duration,
+    /// `1ms and 10s`: how errors write the range.
+    pub range: &'static str,
+    /// `10ms` or `1s`: what errors suggest writing.
+    pub example: &'static str,
+}
+
+/// The duration `field` (named so in errors) sets, `default` when it is not set.
+pub(crate) fn bounded_duration(
+    field: &str,
+    value: Option<&serde_saphyr::Spanned<String>>,
+    default: Duration,
+    bounds: &Bounds,
+) -> Result<Duration, crate::error::Located> {
+    use crate::error::Located;
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    match parse_duration(&v.value) {
+        Some(d) if d >= bounds.min && d <= bounds.max => Ok(d),
+        Some(_) => Err(Located::at(
+            v,
+            format!(
+                "{field} must be between {}, found `{}`",
+                bounds.range, v.value
+            ),
+        )),
+        None => Err(Located::at(
+            v,
+            format!(
+                "{field} `{}` is not a duration; write e.g. {}",
+                v.value, bounds.example
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

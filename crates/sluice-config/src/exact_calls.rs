@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use crate::duration::parse_duration;
+use crate::duration::{Bounds, bounded_duration};
 use crate::error::Located;
 
 /// How `exact` mode calls the store.
@@ -42,31 +42,6 @@ pub(crate) struct RawExactCalls {
     pub breaker_cool_off: Option<Spanned<String>>,
 }
 
-fn duration(
-    field: &str,
-    value: Option<&Spanned<String>>,
-    default: Duration,
-    (min, max, range): (Duration, Duration, &str),
-) -> Result<Duration, Located> {
-    let Some(v) = value else {
-        return Ok(default);
-    };
-    match parse_duration(&v.value) {
-        Some(d) if d >= min && d <= max => Ok(d),
-        Some(_) => Err(Located::at(
-            v,
-            format!("exact.{field} must be between {range}, found `{}`", v.value),
-        )),
-        None => Err(Located::at(
-            v,
-            format!(
-                "exact.{field} `{}` is not a duration; write e.g. `10ms` or `1s`",
-                v.value
-            ),
-        )),
-    }
-}
-
 pub(crate) fn parse_exact_calls(raw: &RawExactCalls) -> Result<ExactCalls, Located> {
     let d = ExactCalls::default();
     let breaker_failures = match &raw.breaker_failures {
@@ -83,26 +58,28 @@ pub(crate) fn parse_exact_calls(raw: &RawExactCalls) -> Result<ExactCalls, Locat
         }
     };
     Ok(ExactCalls {
-        timeout: duration(
-            "timeout",
+        timeout: bounded_duration(
+            "exact.timeout",
             raw.timeout.as_ref(),
             d.timeout,
-            (
-                Duration::from_millis(1),
-                Duration::from_secs(10),
-                "1ms and 10s",
-            ),
+            &Bounds {
+                min: Duration::from_millis(1),
+                max: Duration::from_secs(10),
+                range: "1ms and 10s",
+                example: "`10ms` or `1s`",
+            },
         )?,
         breaker_failures,
-        breaker_cool_off: duration(
-            "breaker_cool_off",
+        breaker_cool_off: bounded_duration(
+            "exact.breaker_cool_off",
             raw.breaker_cool_off.as_ref(),
             d.breaker_cool_off,
-            (
-                Duration::from_millis(10),
-                Duration::from_secs(3600),
-                "10ms and 1h",
-            ),
+            &Bounds {
+                min: Duration::from_millis(10),
+                max: Duration::from_secs(3600),
+                range: "10ms and 1h",
+                example: "`500ms` or `1s`",
+            },
         )?,
     })
 }

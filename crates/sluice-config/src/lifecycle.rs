@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use crate::duration::parse_duration;
+use crate::duration::{Bounds, bounded_duration};
 use crate::error::Located;
 
 /// `shutdown_timeout` when the file does not set it: within Kubernetes' default 30 s grace
@@ -41,30 +41,17 @@ pub(crate) fn parse_lifecycle(
     state_dir: Option<&Spanned<String>>,
     base: &Path,
 ) -> Result<Lifecycle, Located> {
-    let shutdown_timeout = match shutdown_timeout {
-        None => DEFAULT_SHUTDOWN_TIMEOUT,
-        Some(v) => match parse_duration(&v.value) {
-            Some(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(3600) => d,
-            Some(_) => {
-                return Err(Located::at(
-                    v,
-                    format!(
-                        "shutdown_timeout must be between 1s and 1h, found `{}`",
-                        v.value
-                    ),
-                ));
-            }
-            None => {
-                return Err(Located::at(
-                    v,
-                    format!(
-                        "shutdown_timeout `{}` is not a duration; write e.g. `20s` or `1m`",
-                        v.value
-                    ),
-                ));
-            }
+    let shutdown_timeout = bounded_duration(
+        "shutdown_timeout",
+        shutdown_timeout,
+        DEFAULT_SHUTDOWN_TIMEOUT,
+        &Bounds {
+            min: Duration::from_secs(1),
+            max: Duration::from_secs(3600),
+            range: "1s and 1h",
+            example: "`20s` or `1m`",
         },
-    };
+    )?;
     let state_dir = match state_dir {
         None => None,
         Some(v) if v.value.trim().is_empty() => {

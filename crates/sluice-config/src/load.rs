@@ -97,6 +97,8 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             expected_instances: 1,
             max_keys_per_rule: crate::service::DEFAULT_MAX_KEYS_PER_RULE,
             flush_chunk_items: crate::service::DEFAULT_FLUSH_CHUNK_ITEMS,
+            store_timeout: crate::service::DEFAULT_STORE_TIMEOUT,
+            flush_timeout_per_key: crate::service::DEFAULT_FLUSH_TIMEOUT_PER_KEY,
             exact: Default::default(),
             lifecycle: Default::default(),
             store_ca_file: None,

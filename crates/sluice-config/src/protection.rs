@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use crate::duration::parse_duration;
+use crate::duration::{Bounds, bounded_duration};
 use crate::error::Located;
 use crate::raw::{RawAccess, RawListeners};
 
@@ -103,26 +103,13 @@ fn timeout(
     value: Option<&Spanned<String>>,
     default: Duration,
 ) -> Result<Duration, Located> {
-    let Some(v) = value else {
-        return Ok(default);
+    let bounds = Bounds {
+        min: Duration::from_millis(1),
+        max: Duration::from_secs(86_400),
+        range: "1ms and 1d",
+        example: "`10s`, `500ms` or `1m`",
     };
-    match parse_duration(&v.value) {
-        Some(d) if d >= Duration::from_millis(1) && d <= Duration::from_secs(86_400) => Ok(d),
-        Some(_) => Err(Located::at(
-            v,
-            format!(
-                "listeners.{field} must be between 1ms and 1d, found `{}`",
-                v.value
-            ),
-        )),
-        None => Err(Located::at(
-            v,
-            format!(
-                "listeners.{field} `{}` is not a duration; write e.g. `10s`, `500ms` or `1m`",
-                v.value
-            ),
-        )),
-    }
+    bounded_duration(&format!("listeners.{field}"), value, default, &bounds)
 }
 
 pub(crate) fn parse_listeners(raw: &RawListeners) -> Result<ListenerLimits, Located> {

@@ -71,6 +71,8 @@ pub(crate) struct RawServiceFile {
     pub expected_instances: Option<Spanned<i64>>,
     pub max_keys_per_rule: Option<Spanned<i64>>,
     pub flush_chunk_items: Option<Spanned<i64>>,
+    pub store_timeout: Option<Spanned<String>>,
+    pub flush_timeout_per_key: Option<Spanned<String>>,
     pub shutdown_timeout: Option<Spanned<String>>,
     pub state_dir: Option<Spanned<String>>,
     #[serde(default)]

@@ -80,6 +80,12 @@ pub struct ServiceConfig {
     /// Most keys per flush pipeline (`flush_chunk_items`, default 5,000): a larger flush goes
     /// in several, each within the store's per-call timeout.
     pub flush_chunk_items: usize,
+    /// The longest wait for one store call (`store_timeout`, default 500 ms): an exact-mode
+    /// backstop (`exact.timeout` is shorter), a settling, a clock read, a flush's base.
+    pub store_timeout: std::time::Duration,
+    /// Added to a flush pipeline's timeout per key it carries (`flush_timeout_per_key`,
+    /// default 100 µs: a chunk of 5,000 keys may take 1 s).
+    pub flush_timeout_per_key: std::time::Duration,
     /// How `exact` mode calls the store (`exact:`).
     pub exact: crate::ExactCalls,
     /// How a stopping instance drains and where it keeps counts the store could not take.
@@ -100,6 +106,13 @@ pub(crate) const MAX_COST: i64 = sluice_core::MAX_COST as i64;
 /// within the 500 ms call timeout even while a key spray keeps both CPUs busy (20,000 did not:
 /// docs/RELIABILITY.md).
 pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 5_000;
+
+/// `store_timeout` when the file does not set it.
+pub const DEFAULT_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `flush_timeout_per_key` when the file does not set it.
+pub const DEFAULT_FLUSH_TIMEOUT_PER_KEY: std::time::Duration =
+    std::time::Duration::from_micros(100);
 
 /// `max_keys_per_rule` when the file does not set it.
 pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
@@ -288,12 +301,36 @@ impl ServiceConfig {
                 return Err(err(Located::at(
                     n,
                     format!(
-                        "flush_chunk_items must be between 1 and 1000000, found {}; a chunk must fit the store's 500 ms call timeout",
+                        "flush_chunk_items must be between 1 and 1000000, found {}; each chunk is one call to the store (its timeout grows with flush_timeout_per_key)",
                         n.value
                     ),
                 )));
             }
         };
+        let store_timeout = crate::duration::bounded_duration(
+            "store_timeout",
+            raw.store_timeout.as_ref(),
+            DEFAULT_STORE_TIMEOUT,
+            &crate::duration::Bounds {
+                min: std::time::Duration::from_millis(10),
+                max: std::time::Duration::from_secs(60),
+                range: "10ms and 1m",
+                example: "`500ms` or `2s`",
+            },
+        )
+        .map_err(err)?;
+        let flush_timeout_per_key = crate::duration::bounded_duration(
+            "flush_timeout_per_key",
+            raw.flush_timeout_per_key.as_ref(),
+            DEFAULT_FLUSH_TIMEOUT_PER_KEY,
+            &crate::duration::Bounds {
+                min: std::time::Duration::ZERO,
+                max: std::time::Duration::from_millis(10),
+                range: "0s and 10ms",
+                example: "`100us` or `1ms`",
+            },
+        )
+        .map_err(err)?;
         Ok(ServiceConfig {
             file: file.to_path_buf(),
             store,
@@ -307,6 +344,8 @@ impl ServiceConfig {
             expected_instances,
             max_keys_per_rule,
             flush_chunk_items,
+            store_timeout,
+            flush_timeout_per_key,
             exact: crate::exact_calls::parse_exact_calls(&raw.exact).map_err(err)?,
             lifecycle: crate::lifecycle::parse_lifecycle(
                 raw.shutdown_timeout.as_ref(),

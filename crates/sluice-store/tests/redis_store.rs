@@ -78,3 +78,47 @@ async fn a_dead_server_fails_fast_and_recovers() {
     }
     assert!(recovered, "store did not reconnect");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_call_waits_longer_the_more_keys_it_carries() {
+    let redis = RedisServer::start();
+    let options = RedisStoreOptions {
+        timeout: Duration::from_millis(200),
+        timeout_per_item: Duration::from_millis(1),
+        max_items_per_call: 1000,
+        ..RedisStoreOptions::default()
+    };
+    assert_eq!(options.call_timeout(1), Duration::from_millis(201));
+    assert_eq!(options.call_timeout(1000), Duration::from_millis(1200));
+    assert_eq!(
+        options.call_timeout(1_000_000),
+        Duration::from_millis(1200),
+        "bounded by the largest chunk"
+    );
+    let store = RedisStore::open(&redis.url(), options).unwrap();
+    let few = [item(&CounterKey::new("r", &["one"]), 1, 1, None)];
+    let many: Vec<_> = (0..1000)
+        .map(|i| item(&CounterKey::new("r", &[&format!("k{i}")]), 1, 1, None))
+        .collect();
+    // Connected before the stalls.
+    store.flush(&few, None).await.unwrap();
+    // Redis stalls for 600 ms: one key's call gives up at 201 ms, 1,000 keys' call waits.
+    redis.pause();
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        redis.resume();
+    };
+    let (few_result, ()) = tokio::join!(store.flush(&few, None), resume);
+    assert!(
+        matches!(few_result, Err(StoreError::Timeout(t)) if t == Duration::from_millis(201)),
+        "{few_result:?}"
+    );
+    redis.pause();
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        redis.resume();
+    };
+    let (many_result, ()) = tokio::join!(store.flush(&many, None), resume);
+    let reply = many_result.expect("a 1,000-key call waits 1.2 s");
+    assert_eq!(reply.results.len(), 1000);
+}

@@ -303,7 +303,7 @@ impl SentinelBackend {
         }
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.timeout));
+            .set_response_timeout(Some(options.longest_call()));
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
@@ -373,7 +373,7 @@ impl ClusterBackend {
         let urls: Vec<String> = nodes.iter().map(|n| format!("{scheme}://{n}")).collect();
         let mut builder = redis::cluster::ClusterClientBuilder::new(urls)
             .connection_timeout(options.connect_timeout)
-            .response_timeout(options.timeout)
+            .response_timeout(options.longest_call())
             .retries(1);
         if let Some(login) = auth {
             if let Some(user) = login.user() {

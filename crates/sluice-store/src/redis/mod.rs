@@ -32,8 +32,15 @@ use crate::{RedisTarget, StandaloneTarget};
 /// Timeouts and reconnection settings.
 #[derive(Clone, Debug)]
 pub struct RedisStoreOptions {
-    /// Longest wait for any one call (a flush pipeline or an exact decision).
+    /// Longest wait for any one call (an exact decision, a settling, a clock read); a flush
+    /// pipeline gets `timeout_per_item` more per item.
     pub timeout: Duration,
+    /// Added to a flush pipeline's wait per item it carries: a larger pipeline takes the store
+    /// longer to run (default 100 µs: a 5,000-key chunk may take 1 s).
+    pub timeout_per_item: Duration,
+    /// The most items one flush call carries (the engine's `flush_chunk_items`): bounds the
+    /// longest call, which the connections are set to allow.
+    pub max_items_per_call: usize,
     /// Longest wait to establish a connection.
     pub connect_timeout: Duration,
     /// Longest pause between reconnection attempts (they back off exponentially up to this).
@@ -43,10 +50,26 @@ pub struct RedisStoreOptions {
     pub tls_root_pem: Option<Vec<u8>>,
 }
 
+impl RedisStoreOptions {
+    /// How long a call carrying `items` flush items may take.
+    pub fn call_timeout(&self, items: usize) -> Duration {
+        let items = u32::try_from(items.min(self.max_items_per_call)).unwrap_or(u32::MAX);
+        self.timeout
+            .saturating_add(self.timeout_per_item.saturating_mul(items))
+    }
+
+    /// The longest call (a flush of `max_items_per_call`): the connections' response timeout.
+    pub(crate) fn longest_call(&self) -> Duration {
+        self.call_timeout(self.max_items_per_call)
+    }
+}
+
 impl Default for RedisStoreOptions {
     fn default() -> Self {
         Self {
             timeout: Duration::from_millis(500),
+            timeout_per_item: Duration::from_micros(100),
+            max_items_per_call: sluice_config::DEFAULT_FLUSH_CHUNK_ITEMS,
             connect_timeout: Duration::from_millis(500),
             max_backoff: Duration::from_secs(2),
             tls_root_pem: None,
@@ -160,7 +183,7 @@ impl RedisStore {
                     .get_or_try_init(|| async {
                         let config = ConnectionManagerConfig::new()
                             .set_connection_timeout(Some(self.options.connect_timeout))
-                            .set_response_timeout(Some(self.options.timeout))
+                            .set_response_timeout(Some(self.options.longest_call()))
                             .set_number_of_retries(2)
                             .set_max_delay(self.options.max_backoff);
                         ConnectionManager::new_lazy_with_config(client.clone(), config)
@@ -190,9 +213,17 @@ impl RedisStore {
         &self,
         f: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.options.timeout, f)
+        self.within(self.options.timeout, f).await
+    }
+
+    async fn within<T>(
+        &self,
+        timeout: Duration,
+        f: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(timeout, f)
             .await
-            .unwrap_or(Err(StoreError::Timeout(self.options.timeout)))
+            .unwrap_or(Err(StoreError::Timeout(timeout)))
     }
 
     async fn flush_inner(
@@ -368,7 +399,8 @@ impl CounterStore for RedisStore {
         receipt: Option<&'a FlushReceipt>,
     ) -> StoreFuture<'a, FlushReply> {
         Box::pin(async move {
-            let r = self.with_timeout(self.flush_inner(items, receipt)).await;
+            let timeout = self.options.call_timeout(items.len());
+            let r = self.within(timeout, self.flush_inner(items, receipt)).await;
             if let Err(e) = &r {
                 self.on_error(e);
             }
