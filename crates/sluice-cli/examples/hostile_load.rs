@@ -8,6 +8,9 @@
 //! - `probe DOOR ADDR`: six requests for one fresh `user` of a rule allowing 5 per minute, which
 //!   no spray touches: prints `probe ok` when exactly the first five are allowed.
 //! - `upstream ADDR`: a minimal upstream for the gateway (200 `ok`).
+//! - `watch GRPC SECONDS`: one gRPC check every 2 ms (one connection, a fixed key) for
+//!   SECONDS; prints a line per second of wall-clock time: `unix_second requests p99_ms max_ms
+//!   over_10ms` (the request path's latency while something else happens).
 //! - `slow HTTP ADMIN CONNS SECONDS`: the p99 of a well-behaved client's `/v1/acquire` and of
 //!   admin `/healthz`, first alone, then while CONNS connections trickle a request head one
 //!   byte a second (reconnecting when closed) or sit idle, for SECONDS.
@@ -239,6 +242,49 @@ async fn probe(door: &str, addr: SocketAddr) {
     }
 }
 
+async fn watch(addr: SocketAddr, seconds: u64) {
+    let (mut grpc, _) = clients("grpc", addr).await;
+    let client = grpc.as_mut().expect("grpc client");
+    let clock = sluice_core::SystemClock::new();
+    let unix = || sluice_core::Clock::now(&clock) / 1_000_000_000;
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut second = unix();
+    let mut samples: Vec<Duration> = Vec::new();
+    let report = |second: u64, samples: &mut Vec<Duration>| {
+        if samples.is_empty() {
+            return;
+        }
+        let over = samples
+            .iter()
+            .filter(|d| **d > Duration::from_millis(10))
+            .count();
+        let n = samples.len();
+        let (_, p99, max) = percentiles(std::mem::take(samples));
+        println!("{second} {n} {p99:.2} {max:.2} {over}");
+    };
+    while Instant::now() < until {
+        let request = RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![descriptor("user", "watch".into())],
+            hits_addend: 1,
+        };
+        let t = Instant::now();
+        client
+            .should_rate_limit(request)
+            .await
+            .expect("watch request");
+        let took = t.elapsed();
+        let now = unix();
+        if now != second {
+            report(second, &mut samples);
+            second = now;
+        }
+        samples.push(took);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    report(second, &mut samples);
+}
+
 /// p50 and p99 of `samples` in milliseconds.
 fn percentiles(mut samples: Vec<Duration>) -> (f64, f64, f64) {
     samples.sort();
@@ -375,6 +421,7 @@ async fn main() {
         Some("spray") => spray(&args[1], addr(2), args[3].parse().expect("keys")).await,
         Some("probe") => probe(&args[1], addr(2)).await,
         Some("upstream") => upstream(addr(1)).await,
+        Some("watch") => watch(addr(1), args[2].parse().expect("seconds")).await,
         Some("slow") => {
             slow(
                 addr(1),
@@ -386,7 +433,7 @@ async fn main() {
         }
         _ => {
             eprintln!(
-                "usage: hostile_load spray DOOR ADDR KEYS | probe DOOR ADDR | slow HTTP ADMIN CONNS SECONDS"
+                "usage: hostile_load spray DOOR ADDR KEYS | probe DOOR ADDR | watch GRPC SECONDS | slow HTTP ADMIN CONNS SECONDS"
             );
             std::process::exit(2);
         }

@@ -10,6 +10,8 @@
 
 mod cluster;
 pub mod conformance;
+mod link;
+mod netns;
 mod ports;
 mod process;
 mod resp;
@@ -18,6 +20,8 @@ mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
+pub use link::DelayLink;
+pub use netns::{Lab, STORE_PORT};
 pub use ports::{free_port, wait_until};
 pub use process::redis_available;
 pub use resp::{ping, raw_command, raw_command_as};
