@@ -77,14 +77,14 @@ pub struct ServiceConfig {
     /// (`max_keys_per_rule`, default 1,000,000); keys beyond it share the rule's fixed-size
     /// sketch. With keys of at most 128 bytes this bounds a rule's memory.
     pub max_keys_per_rule: usize,
-    /// Most keys per flush pipeline (`flush_chunk_items`, default 5,000): a larger flush goes
+    /// Most keys per flush pipeline (`flush_chunk_items`, default 1,000): a larger flush goes
     /// in several, each within the store's per-call timeout.
     pub flush_chunk_items: usize,
     /// The longest wait for one store call (`store_timeout`, default 500 ms): an exact-mode
     /// backstop (`exact.timeout` is shorter), a settling, a clock read, a flush's base.
     pub store_timeout: std::time::Duration,
     /// Added to a flush pipeline's timeout per key it carries (`flush_timeout_per_key`,
-    /// default 100 µs: a chunk of 5,000 keys may take 1 s).
+    /// default 100 µs: a chunk of 1,000 keys may take 600 ms).
     pub flush_timeout_per_key: std::time::Duration,
     /// How `exact` mode calls the store (`exact:`).
     pub exact: crate::ExactCalls,
@@ -101,11 +101,11 @@ pub struct ServiceConfig {
 
 pub(crate) const MAX_COST: i64 = sluice_core::MAX_COST as i64;
 
-/// `flush_chunk_items` when the file does not set it: at three commands a key, a chunk this
-/// size takes Redis itself 21-39 ms in the flush bench (docs/BENCHMARKS.md), so it stays
-/// within the 500 ms call timeout even while a key spray keeps both CPUs busy (20,000 did not:
-/// docs/RELIABILITY.md).
-pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 5_000;
+/// `flush_chunk_items` when the file does not set it. A chunk's commands are encoded and its
+/// replies read on the request runtime, so a chunk is also the longest a flush holds up a
+/// request there: with 1,000 keys a 1M-key flush kept checks within about 13 ms on a busy
+/// 2-CPU machine (5,000: 30 ms) and still finished within two spans (docs/RELIABILITY.md).
+pub const DEFAULT_FLUSH_CHUNK_ITEMS: usize = 1_000;
 
 /// `store_timeout` when the file does not set it.
 pub const DEFAULT_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);

@@ -193,25 +193,10 @@ impl Flusher {
         let mut delivery = self.delivery.lock().await;
         let now = self.now();
         let retired = self.retired_rules();
-        let mut items: Vec<FlushItem> = Vec::new();
-        let mut pending: Vec<(&SyncedRule, PendingFlush)> = Vec::new();
         let mut report = FlushReport::default();
-        for rule in table.rules() {
-            report.evicted += self.sweep(rule, now, due, &mut items, &mut pending);
-        }
-        for rule in &retired {
-            if let Some(synced) = rule.synced() {
-                report.evicted += sweep_synced(
-                    &rule.id,
-                    synced,
-                    now,
-                    &self.node,
-                    &mut items,
-                    &mut pending,
-                    false,
-                );
-            }
-        }
+        let (mut items, pending, evicted) =
+            off_the_request_path(|| self.collect(table, &retired, now, due));
+        report.evicted = evicted;
         if items.is_empty() {
             self.probe_if_due(table, &mut report).await;
         } else {
@@ -253,12 +238,13 @@ impl Flusher {
                 }
                 self.count_item_results(&sent.results);
                 let now = self.now();
-                for (synced, p) in pending {
+                report.failed += off_the_request_path(|| {
                     let outcome = |i: usize| sent.results.get(i).and_then(ItemResult::outcome);
-                    if !synced.apply(p, outcome, &self.node, now) {
-                        report.failed += 1;
-                    }
-                }
+                    pending
+                        .iter()
+                        .filter(|(synced, p)| !synced.apply(p, outcome, &self.node, now))
+                        .count()
+                });
                 counter!("sluice_flushes_total", "result" => "ok").increment(1);
             }
             Err(e) => {
@@ -266,9 +252,11 @@ impl Flusher {
                 count_store_error(&e);
                 counter!("sluice_flushes_total", "result" => "error").increment(1);
                 tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply");
-                for (synced, p) in pending {
-                    synced.apply(p, |_| None, &self.node, now);
-                }
+                off_the_request_path(|| {
+                    for (synced, p) in pending {
+                        synced.apply(p, |_| None, &self.node, now);
+                    }
+                });
                 report.failed = report.items;
                 report.error = Some(e.to_string());
             }
@@ -301,24 +289,9 @@ impl Flusher {
     pub(crate) async fn spill(&self, table: &RuleTable) -> Spill {
         let mut delivery = self.delivery.lock().await;
         let now = self.now();
-        let mut items: Vec<FlushItem> = Vec::new();
-        let mut pending = Vec::new();
-        for rule in table.rules() {
-            self.sweep(rule, now, Due::All, &mut items, &mut pending);
-        }
-        for rule in &self.retired_rules() {
-            if let Some(synced) = rule.synced() {
-                sweep_synced(
-                    &rule.id,
-                    synced,
-                    now,
-                    &self.node,
-                    &mut items,
-                    &mut pending,
-                    false,
-                );
-            }
-        }
+        let retired = self.retired_rules();
+        let (items, _pending, _) =
+            off_the_request_path(|| self.collect(table, &retired, now, Due::All));
         let mut spill = delivery.spill(&items, now / 1_000_000);
         if let Some(replay) = self.replay.lock().take() {
             spill.merge(replay.into_spill());
@@ -358,6 +331,28 @@ impl Flusher {
                 "items held back until an earlier flush of their keys is settled"
             );
         }
+    }
+
+    /// Every rule's part of a flush (and the removed rules'): the items to send, the keys
+    /// waiting for them, and the keys evicted.
+    fn collect<'t>(
+        &self,
+        table: &'t RuleTable,
+        retired: &'t [Retired],
+        now: Nanos,
+        due: Due,
+    ) -> (Vec<FlushItem>, Vec<(&'t SyncedRule, PendingFlush)>, usize) {
+        let (mut items, mut pending, mut evicted) = (Vec::new(), Vec::new(), 0);
+        for rule in table.rules() {
+            evicted += self.sweep(rule, now, due, &mut items, &mut pending);
+        }
+        for rule in retired {
+            if let Some(synced) = rule.synced() {
+                let (id, node) = (&rule.id, &self.node);
+                evicted += sweep_synced(id, synced, now, node, &mut items, &mut pending, false);
+            }
+        }
+        (items, pending, evicted)
     }
 
     /// One rule's part of a flush: a synced rule whose span ended gives its counts (and drops
@@ -449,4 +444,49 @@ fn sweep_synced<'t>(
     }
     pending.extend(mine.into_iter().map(|p| (synced, p)));
     sweep.evicted
+}
+
+/// Runs a flush's work over every key (a sweep, applying the replies: millions of keys after
+/// a spray) without holding up requests: on a multi-thread runtime the worker hands its queue
+/// to another thread first (`block_in_place`) and the work runs on a thread of its own at a
+/// lower priority (nice 10), so on a busy machine the requests' threads get the CPU first;
+/// elsewhere (a current-thread runtime, the simulator) it runs in place.
+fn off_the_request_path<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| {
+                let mut work = Some(work);
+                let on_its_own = std::thread::scope(|scope| {
+                    let slot = &mut work;
+                    let worker = std::thread::Builder::new()
+                        .name("flush-work".into())
+                        .spawn_scoped(scope, move || {
+                            lower_priority();
+                            slot.take().map(|work| work())
+                        });
+                    worker.ok().map(|w| {
+                        w.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                });
+                match (on_its_own.flatten(), work) {
+                    (Some(done), _) => done,
+                    // No thread to be had (the machine is out of them): here, then.
+                    (None, Some(work)) => work(),
+                    (None, None) => unreachable!("the work ran or is still here"),
+                }
+            })
+        }
+        _ => work(),
+    }
+}
+
+/// This thread's scheduling priority lowered to nice 10 (Linux: per thread). Best effort.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let tid = rustix::thread::gettid();
+        let _ = rustix::process::setpriority_process(Some(tid), 10);
+    }
 }

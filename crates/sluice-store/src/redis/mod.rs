@@ -36,7 +36,7 @@ pub struct RedisStoreOptions {
     /// pipeline gets `timeout_per_item` more per item.
     pub timeout: Duration,
     /// Added to a flush pipeline's wait per item it carries: a larger pipeline takes the store
-    /// longer to run (default 100 µs: a 5,000-key chunk may take 1 s).
+    /// longer to run (default 100 µs: a 1,000-key chunk may take 600 ms).
     pub timeout_per_item: Duration,
     /// The most items one flush call carries (the engine's `flush_chunk_items`): bounds the
     /// longest call, which the connections are set to allow.
