@@ -21,6 +21,21 @@ use sluice_testkit::{Lab, wait_until};
 use tokio::time::Instant;
 
 const INSTANCES: usize = 3;
+
+/// How much longer the faults last than in the suite (`SLUICE_DRILL_SCALE`, default 1), and
+/// how many keys the spray sends (`SLUICE_DRILL_SPRAY`, default 30,000):
+/// `scripts/drill-network.sh` runs the long drills this way.
+fn scale() -> u32 {
+    std::env::var("SLUICE_DRILL_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s) * scale()
+}
 /// Synced, a flush a second; high enough that every request is admitted: the drills check
 /// counting, not limiting.
 const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 10s, requests_per_unit: 1000000, spans: 10, mode: synced }\n  - key: victim\n    rate_limit: { window: 1m, requests_per_unit: 5, spans: 6, mode: synced }\n";
@@ -241,6 +256,10 @@ where
     );
     // A request that waited on the store would take at least the store's 500 ms timeout.
     let slowest = Duration::from_micros(seen.slowest_us.load(Ordering::Relaxed));
+    println!(
+        "drill {user}: {admitted} admitted, Redis holds {stored}, slowest request {:.1} ms",
+        slowest.as_secs_f64() * 1e3
+    );
     assert!(
         slowest < Duration::from_millis(250),
         "a synced-mode request took {slowest:?}: it waited on the store"
@@ -252,7 +271,7 @@ async fn an_instance_cut_off_from_redis_mid_window_loses_and_doubles_nothing() {
     let fleet = Fleet::start("cut");
     drill(&fleet, "cut", || async {
         fleet.lab.cut(0, true);
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        tokio::time::sleep(secs(3)).await;
         fleet.lab.cut(0, false);
     })
     .await;
@@ -263,7 +282,7 @@ async fn half_a_second_of_latency_to_redis_never_reaches_the_request_path() {
     let fleet = Fleet::start("latency");
     drill(&fleet, "slow", || async {
         (0..INSTANCES).for_each(|i| fleet.lab.set_latency(i, Duration::from_millis(500)));
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        tokio::time::sleep(secs(4)).await;
         (0..INSTANCES).for_each(|i| fleet.lab.set_latency(i, Duration::ZERO));
     })
     .await;
@@ -274,7 +293,7 @@ async fn five_percent_packet_loss_loses_and_doubles_nothing() {
     let fleet = Fleet::start("loss");
     drill(&fleet, "lossy", || async {
         (0..INSTANCES).for_each(|i| fleet.lab.loss(i, 5));
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        tokio::time::sleep(secs(4)).await;
         (0..INSTANCES).for_each(|i| fleet.lab.loss(i, 0));
     })
     .await;
@@ -284,7 +303,7 @@ async fn five_percent_packet_loss_loses_and_doubles_nothing() {
 async fn a_store_that_flaps_every_two_seconds_loses_and_doubles_nothing() {
     let fleet = Fleet::start("flap");
     drill(&fleet, "flap", || async {
-        for _ in 0..3 {
+        for _ in 0..3 * scale() {
             fleet.lab.store_down(true);
             tokio::time::sleep(Duration::from_secs(2)).await;
             fleet.lab.store_down(false);
@@ -296,11 +315,16 @@ async fn a_store_that_flaps_every_two_seconds_loses_and_doubles_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_spray_in_one_span_reaches_redis_whole_while_requests_flow() {
-    const SPRAYED: u64 = 30_000;
+    let sprayed: u64 = std::env::var("SLUICE_DRILL_SPRAY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30_000)
+        / 60
+        * 60;
     let fleet = Fleet::start("spray");
     drill(&fleet, "watch", || async {
         let mut client = fleet.client(1).await;
-        for chunk in 0..SPRAYED / 60 {
+        for chunk in 0..sprayed / 60 {
             let descriptors = (0..60)
                 .map(|k| RateLimitDescriptor {
                     entries: vec![Entry {
@@ -323,10 +347,11 @@ async fn a_key_spray_in_one_span_reaches_redis_whole_while_requests_flow() {
     assert!(
         wait_until(Duration::from_secs(20), || {
             stored = fleet.stored("victim");
-            stored == SPRAYED
+            stored == sprayed
         }),
-        "Redis holds {stored} sprayed counts of {SPRAYED}"
+        "Redis holds {stored} sprayed counts of {sprayed}"
     );
+    println!("drill spray: {sprayed} keys sprayed into one span, Redis holds {stored}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -357,4 +382,7 @@ async fn sigterm_with_redis_unreachable_spills_and_the_restart_delivers_exactly_
         fleet.log(0)
     );
     assert!(!spill.exists(), "delivered, the spill is gone");
+    println!(
+        "drill sigterm: {admitted} admitted, spilled at SIGTERM, Redis holds {stored} after the restart"
+    );
 }

@@ -206,6 +206,7 @@ impl Delivery {
         for part in sent.chunks(chunk.max(1)) {
             if failure.is_some() {
                 answers.extend(part.iter().map(|_| ItemResult::NotSent));
+                counter!("sluice_flush_chunks_total", "result" => "not_sent").increment(1);
                 continue;
             }
             let receipt = FlushReceipt {
@@ -217,6 +218,8 @@ impl Delivery {
             let result = store.flush(part, Some(&receipt)).await;
             let received_at = clock.now();
             self.doubt_unknown(&result, part, receipt);
+            let outcome = if result.is_ok() { "answered" } else { "failed" };
+            counter!("sluice_flush_chunks_total", "result" => outcome).increment(1);
             match result {
                 Ok(reply) => {
                     answer.asked = true;
