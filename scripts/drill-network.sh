@@ -11,4 +11,4 @@ SCALE=${SCALE:-5}
 SPRAY=${SPRAY:-300000}
 SLUICE_DRILL_SCALE=$SCALE SLUICE_DRILL_SPRAY=$SPRAY \
   cargo test --release -q -p sluice-cli --test network -- --test-threads 1 --nocapture 2>&1 |
-  grep -E '^drill |^test result|panicked|FAILED'
+  grep -oE 'drill .*|test result.*|panicked.*|FAILED.*'

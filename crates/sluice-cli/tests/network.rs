@@ -37,8 +37,9 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s) * scale()
 }
 /// Synced, a flush a second; high enough that every request is admitted: the drills check
-/// counting, not limiting.
-const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 10s, requests_per_unit: 1000000, spans: 10, mode: synced }\n  - key: victim\n    rate_limit: { window: 1m, requests_per_unit: 5, spans: 6, mode: synced }\n";
+/// counting, not limiting. The window (and so its keys' two-window life in Redis) outlasts the
+/// longest drill: counts of a window whose keys are gone are rightly not sent.
+const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 10m, requests_per_unit: 1000000, spans: 600, mode: synced }\n  - key: victim\n    rate_limit: { window: 1m, requests_per_unit: 5, spans: 6, mode: synced }\n";
 
 struct Instance {
     child: Option<Child>,
@@ -131,6 +132,17 @@ impl Fleet {
     fn log(&self, i: usize) -> String {
         let log =
             std::fs::read_to_string(self.instances[i].dir.join("serve.log")).unwrap_or_default();
+        // The whole log, for a long drill that failed.
+        if let Ok(keep) = std::env::var("SLUICE_DRILL_KEEP_LOGS") {
+            let _ = std::fs::write(format!("{keep}-{i}.log"), &log);
+            let url = format!("http://{}:9090/metrics", self.lab.instance_host(i));
+            if let Ok(out) = std::process::Command::new("curl")
+                .args(["-s", "-m", "2", &url])
+                .output()
+            {
+                let _ = std::fs::write(format!("{keep}-{i}.metrics"), &out.stdout);
+            }
+        }
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
@@ -349,7 +361,8 @@ async fn a_key_spray_in_one_span_reaches_redis_whole_while_requests_flow() {
             stored = fleet.stored("victim");
             stored == sprayed
         }),
-        "Redis holds {stored} sprayed counts of {sprayed}"
+        "Redis holds {stored} sprayed counts of {sprayed}: {}",
+        fleet.log(1)
     );
     println!("drill spray: {sprayed} keys sprayed into one span, Redis holds {stored}");
 }

@@ -170,9 +170,9 @@ impl Delivery {
     /// most `chunk` items, each with its own receipt (so a flush of any size fits the store's
     /// per-call timeout, and a chunk that fails leaves the others landed). The answer's
     /// results line up with `items`. An item whose key and window are still in doubt is not
-    /// sent ([`ItemResult::Held`]): its key keeps the count until the doubt is settled. Once a
-    /// chunk fails as a whole (the store is unreachable), the rest are not sent
-    /// ([`ItemResult::NotSent`]); if that was the first chunk, the flush fails.
+    /// sent ([`ItemResult::Held`]): its key keeps the count until the doubt is settled. Once
+    /// the first chunk, or two in a row, fail as a whole (the store is unreachable), the rest
+    /// are not sent ([`ItemResult::NotSent`]); if no chunk was answered, the flush fails.
     pub(crate) async fn send(
         &mut self,
         store: &dyn CounterStore,
@@ -202,9 +202,14 @@ impl Delivery {
         };
         let mut answer = Sent::default();
         let mut answers: Vec<ItemResult> = Vec::with_capacity(sent.len());
+        // The store is taken for unreachable (the rest is not sent) when the first chunk
+        // fails, or two in a row do; one slow chunk among answered ones does not stop a
+        // spray's flush.
         let mut failure: Option<StoreError> = None;
+        let mut failed_in_a_row = 0;
+        let mut stopped = false;
         for part in sent.chunks(chunk.max(1)) {
-            if failure.is_some() {
+            if stopped {
                 answers.extend(part.iter().map(|_| ItemResult::NotSent));
                 counter!("sluice_flush_chunks_total", "result" => "not_sent").increment(1);
                 continue;
@@ -222,6 +227,7 @@ impl Delivery {
             counter!("sluice_flush_chunks_total", "result" => outcome).increment(1);
             match result {
                 Ok(reply) => {
+                    failed_in_a_row = 0;
                     answer.asked = true;
                     answer.round_trips += reply.round_trips;
                     answer.store_time =
@@ -245,7 +251,9 @@ impl Delivery {
                 }
                 Err(e) => {
                     answers.extend(part.iter().map(|_| ItemResult::Failed(e.clone())));
-                    failure = Some(e);
+                    failed_in_a_row += 1;
+                    stopped = !answer.asked || failed_in_a_row >= 2;
+                    failure.get_or_insert(e);
                 }
             }
         }
