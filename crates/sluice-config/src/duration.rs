@@ -79,6 +79,29 @@ pub(crate) fn bounded_duration(
     }
 }
 
+/// The count `field` (named so in errors) sets, `default` when it is not set; out of
+/// `min..=max` is an error, followed by `hint` when there is one.
+pub(crate) fn bounded_count(
+    field: &str,
+    value: Option<&serde_saphyr::Spanned<i64>>,
+    default: u64,
+    (min, max): (i64, i64),
+    hint: &str,
+) -> Result<u64, crate::error::Located> {
+    match value {
+        None => Ok(default),
+        Some(v) if (min..=max).contains(&v.value) => Ok(v.value as u64),
+        Some(v) => Err(crate::error::Located::at(
+            v,
+            format!(
+                "{field} must be between {min} and {max}, found {}{}{hint}",
+                v.value,
+                if hint.is_empty() { "" } else { "; " }
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use crate::duration::{Bounds, bounded_duration};
+use crate::duration::{Bounds, bounded_count, bounded_duration};
 use crate::error::Located;
 
 /// How `exact` mode calls the store.
@@ -44,19 +44,13 @@ pub(crate) struct RawExactCalls {
 
 pub(crate) fn parse_exact_calls(raw: &RawExactCalls) -> Result<ExactCalls, Located> {
     let d = ExactCalls::default();
-    let breaker_failures = match &raw.breaker_failures {
-        None => d.breaker_failures,
-        Some(n) if (1..=1000).contains(&n.value) => n.value as u32,
-        Some(n) => {
-            return Err(Located::at(
-                n,
-                format!(
-                    "exact.breaker_failures must be between 1 and 1000, found {}",
-                    n.value
-                ),
-            ));
-        }
-    };
+    let breaker_failures = bounded_count(
+        "exact.breaker_failures",
+        raw.breaker_failures.as_ref(),
+        u64::from(d.breaker_failures),
+        (1, 1000),
+        "",
+    )? as u32;
     Ok(ExactCalls {
         timeout: bounded_duration(
             "exact.timeout",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
-use crate::duration::{Bounds, bounded_duration};
+use crate::duration::{Bounds, bounded_count, bounded_duration};
 use crate::error::Located;
 use crate::raw::{RawAccess, RawListeners};
 
@@ -85,17 +85,8 @@ fn count(
     default: usize,
     min: i64,
 ) -> Result<usize, Located> {
-    match value {
-        None => Ok(default),
-        Some(v) if (min..=100_000_000).contains(&v.value) => Ok(v.value as usize),
-        Some(v) => Err(Located::at(
-            v,
-            format!(
-                "listeners.{field} must be between {min} and 100000000, found {}",
-                v.value
-            ),
-        )),
-    }
+    let field = format!("listeners.{field}");
+    bounded_count(&field, value, default as u64, (min, 100_000_000), "").map(|n| n as usize)
 }
 
 fn timeout(

@@ -268,45 +268,30 @@ impl ServiceConfig {
                 }
             }
         }
-        let expected_instances = match &raw.expected_instances {
-            None => 1,
-            Some(n) if (1..=100_000).contains(&n.value) => n.value as u64,
-            Some(n) => {
-                return Err(err(Located::at(
-                    n,
-                    format!(
-                        "expected_instances must be between 1 and 100000, found {}; write the most instances the deployment runs",
-                        n.value
-                    ),
-                )));
-            }
+        let count = |field, value, default, range, hint| {
+            crate::duration::bounded_count(field, value, default, range, hint).map_err(err)
         };
-        let max_keys_per_rule = match &raw.max_keys_per_rule {
-            None => DEFAULT_MAX_KEYS_PER_RULE,
-            Some(n) if (1..=100_000_000).contains(&n.value) => n.value as usize,
-            Some(n) => {
-                return Err(err(Located::at(
-                    n,
-                    format!(
-                        "max_keys_per_rule must be between 1 and 100000000, found {}; each tracked key takes about 200 bytes (docs/RELIABILITY.md)",
-                        n.value
-                    ),
-                )));
-            }
-        };
-        let flush_chunk_items = match &raw.flush_chunk_items {
-            None => DEFAULT_FLUSH_CHUNK_ITEMS,
-            Some(n) if (1..=1_000_000).contains(&n.value) => n.value as usize,
-            Some(n) => {
-                return Err(err(Located::at(
-                    n,
-                    format!(
-                        "flush_chunk_items must be between 1 and 1000000, found {}; each chunk is one call to the store (its timeout grows with flush_timeout_per_key)",
-                        n.value
-                    ),
-                )));
-            }
-        };
+        let expected_instances = count(
+            "expected_instances",
+            raw.expected_instances.as_ref(),
+            1,
+            (1, 100_000),
+            "write the most instances the deployment runs",
+        )?;
+        let max_keys_per_rule = count(
+            "max_keys_per_rule",
+            raw.max_keys_per_rule.as_ref(),
+            DEFAULT_MAX_KEYS_PER_RULE as u64,
+            (1, 100_000_000),
+            "each tracked key takes about 200 bytes (docs/RELIABILITY.md)",
+        )? as usize;
+        let flush_chunk_items = count(
+            "flush_chunk_items",
+            raw.flush_chunk_items.as_ref(),
+            DEFAULT_FLUSH_CHUNK_ITEMS as u64,
+            (1, 1_000_000),
+            "each chunk is one call to the store (its timeout grows with flush_timeout_per_key)",
+        )? as usize;
         let store_timeout = crate::duration::bounded_duration(
             "store_timeout",
             raw.store_timeout.as_ref(),
