@@ -44,7 +44,6 @@ const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: 
 struct Instance {
     child: Option<Child>,
     dir: PathBuf,
-    index: usize,
 }
 
 struct Fleet {
@@ -76,11 +75,7 @@ impl Fleet {
                 ),
             )
             .unwrap();
-            fleet.instances.push(Instance {
-                child: None,
-                dir,
-                index: i,
-            });
+            fleet.instances.push(Instance { child: None, dir });
             fleet.spawn(i);
         }
         fleet
@@ -174,7 +169,6 @@ impl Drop for Fleet {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            let _ = instance.index;
         }
         let _ = std::fs::remove_dir_all(&self.root);
     }

@@ -5,6 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
+use common::watched::Watched;
 use common::{SECOND, T0, now_or_never, synced_rule};
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
@@ -81,70 +82,18 @@ async fn a_store_that_dies_between_chunks_keeps_what_landed_and_gets_only_the_re
     assert_eq!(totals(&store), vec![1; KEYS], "nothing lost, nothing twice");
 }
 
-/// A store whose `n`-th flush call fails as a whole (a timeout), the others answer.
-struct OneSlowChunk {
-    inner: Arc<MemoryStore>,
-    calls: std::sync::atomic::AtomicU64,
-    slow: u64,
-}
-
-impl sluice_store::CounterStore for OneSlowChunk {
-    fn flush<'a>(
-        &'a self,
-        items: &'a [sluice_store::FlushItem],
-        receipt: Option<&'a sluice_store::FlushReceipt>,
-    ) -> sluice_store::StoreFuture<'a, sluice_store::FlushReply> {
-        let call = self
-            .calls
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if call == self.slow {
-            let timeout = std::time::Duration::from_millis(600);
-            return Box::pin(async move { Err(sluice_store::StoreError::Timeout(timeout)) });
-        }
-        self.inner.flush(items, receipt)
-    }
-
-    fn landed<'a>(
-        &'a self,
-        items: &'a [sluice_store::FlushItem],
-        receipt: &'a sluice_store::FlushReceipt,
-    ) -> sluice_store::StoreFuture<'a, Vec<Option<bool>>> {
-        self.inner.landed(items, receipt)
-    }
-
-    fn exact<'a>(
-        &'a self,
-        request: &'a sluice_store::ExactRequest,
-    ) -> sluice_store::StoreFuture<'a, sluice_core::Decision> {
-        self.inner.exact(request)
-    }
-
-    fn time(&self) -> sluice_store::StoreFuture<'_, sluice_core::Nanos> {
-        self.inner.time()
-    }
-
-    fn describe(&self) -> String {
-        "one slow chunk".into()
-    }
-}
-
 #[tokio::test]
 async fn one_slow_chunk_among_answered_ones_does_not_stop_the_flush() {
     let clock = ManualClock::new(T0 + SECOND);
     let shared: Arc<dyn Clock> = Arc::new(clock);
-    let inner = Arc::new(MemoryStore::new(shared.clone()));
-    let store = Arc::new(OneSlowChunk {
-        inner: inner.clone(),
-        calls: std::sync::atomic::AtomicU64::new(0),
-        slow: 1,
-    });
+    let store = Arc::new(Watched::new(MemoryStore::new(shared.clone())).failing_flush_call(1));
     let options = EngineOptions {
         follow_store_clock: false,
         flush_chunk_items: 4,
         ..EngineOptions::default()
     };
     let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
-    let engine = Engine::new(&rules, &Default::default(), store, shared, options);
+    let engine = Engine::new(&rules, &Default::default(), store.clone(), shared, options);
     for k in 0..KEYS {
         let user = format!("u{k}");
         let verdict = now_or_never(engine.check("d", &[[("user", user.as_str())]], 1));
@@ -156,9 +105,13 @@ async fn one_slow_chunk_among_answered_ones_does_not_stop_the_flush() {
         (report.items, report.round_trips, report.failed),
         (KEYS, 2, 4)
     );
-    let landed = totals(&inner).iter().filter(|&&n| n == 1).count();
+    let landed = totals(&store.inner).iter().filter(|&&n| n == 1).count();
     assert_eq!(landed, 6);
     // The next flush settles the slow chunk by its receipt (it never arrived) and sends it.
     engine.flush().await;
-    assert_eq!(totals(&inner), vec![1; KEYS], "nothing lost, nothing twice");
+    assert_eq!(
+        totals(&store.inner),
+        vec![1; KEYS],
+        "nothing lost, nothing twice"
+    );
 }

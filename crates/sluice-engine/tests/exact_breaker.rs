@@ -5,63 +5,21 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use common::watched::Watched;
 use common::{T0, rules};
 use sluice_config::ExactCalls;
-use sluice_core::{Clock, Decision, ManualClock, Nanos};
+use sluice_core::{Clock, ManualClock};
 use sluice_engine::{BreakerState, Engine, EngineOptions, Reason};
-use sluice_store::{
-    CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, MemoryStore, StoreFuture,
-};
-
-/// A memory store that counts the exact-mode calls it is asked to make.
-struct Counting {
-    inner: MemoryStore,
-    exact_calls: AtomicU64,
-}
-
-impl CounterStore for Counting {
-    fn flush<'a>(
-        &'a self,
-        items: &'a [FlushItem],
-        receipt: Option<&'a FlushReceipt>,
-    ) -> StoreFuture<'a, FlushReply> {
-        self.inner.flush(items, receipt)
-    }
-
-    fn landed<'a>(
-        &'a self,
-        items: &'a [FlushItem],
-        receipt: &'a FlushReceipt,
-    ) -> StoreFuture<'a, Vec<Option<bool>>> {
-        self.inner.landed(items, receipt)
-    }
-
-    fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
-        self.exact_calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.exact(request)
-    }
-
-    fn time(&self) -> StoreFuture<'_, Nanos> {
-        self.inner.time()
-    }
-
-    fn describe(&self) -> String {
-        "counting memory".into()
-    }
-}
+use sluice_store::MemoryStore;
 
 const BUDGET: Duration = Duration::from_millis(10);
 const COOL_OFF: Duration = Duration::from_millis(500);
 
-fn setup(on_store_error: &str) -> (Engine, Arc<Counting>, ManualClock) {
+fn setup(on_store_error: &str) -> (Engine, Arc<Watched>, ManualClock) {
     let clock = ManualClock::new(T0);
-    let store = Arc::new(Counting {
-        inner: MemoryStore::new(Arc::new(clock.clone())),
-        exact_calls: AtomicU64::new(0),
-    });
+    let store = Arc::new(Watched::new(MemoryStore::new(Arc::new(clock.clone()))));
     let rules = rules(&format!(
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: minute, requests_per_unit: 1000, mode: exact, on_store_error: {on_store_error} }}\n"
     ));
@@ -110,19 +68,19 @@ async fn after_failures_in_a_row_the_store_is_not_called_until_a_probe_succeeds(
         assert_eq!(check(&engine).await, (true, None), "on_store_error: allow");
     }
     assert_eq!(engine.exact_breaker(), BreakerState::Open);
-    assert_eq!(store.exact_calls.load(Ordering::Relaxed), 3);
+    assert_eq!(store.exact_calls(), 3);
     // Open: decided at once, the store is not called.
     for _ in 0..100 {
         assert_eq!(check(&engine).await, (true, None));
     }
-    assert_eq!(store.exact_calls.load(Ordering::Relaxed), 3);
+    assert_eq!(store.exact_calls(), 3);
     // After the cool-off one request probes; the store is still down, so it opens again.
     clock.advance(COOL_OFF);
     check(&engine).await;
-    assert_eq!(store.exact_calls.load(Ordering::Relaxed), 4);
+    assert_eq!(store.exact_calls(), 4);
     assert_eq!(engine.exact_breaker(), BreakerState::Open);
     check(&engine).await;
-    assert_eq!(store.exact_calls.load(Ordering::Relaxed), 4);
+    assert_eq!(store.exact_calls(), 4);
     // The store is back: the next probe closes the breaker and every request asks it again.
     store.inner.set_available(true);
     clock.advance(COOL_OFF);
@@ -131,7 +89,7 @@ async fn after_failures_in_a_row_the_store_is_not_called_until_a_probe_succeeds(
     for _ in 0..10 {
         check(&engine).await;
     }
-    assert_eq!(store.exact_calls.load(Ordering::Relaxed), 15);
+    assert_eq!(store.exact_calls(), 15);
 }
 
 #[tokio::test(start_paused = true)]

@@ -251,11 +251,6 @@ impl Lab {
             must(&mut self.exec_args(h, &args));
         }
     }
-
-    /// How many instances the lab has.
-    pub fn instances(&self) -> usize {
-        self.instances
-    }
 }
 
 impl Drop for Lab {

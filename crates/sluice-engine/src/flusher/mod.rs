@@ -456,26 +456,15 @@ fn off_the_request_path<R: Send>(work: impl FnOnce() -> R + Send) -> R {
     match Handle::try_current() {
         Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(|| {
-                let mut work = Some(work);
-                let on_its_own = std::thread::scope(|scope| {
-                    let slot = &mut work;
-                    let worker = std::thread::Builder::new()
-                        .name("flush-work".into())
-                        .spawn_scoped(scope, move || {
-                            lower_priority();
-                            slot.take().map(|work| work())
-                        });
-                    worker.ok().map(|w| {
-                        w.join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                    })
-                });
-                match (on_its_own.flatten(), work) {
-                    (Some(done), _) => done,
-                    // No thread to be had (the machine is out of them): here, then.
-                    (None, Some(work)) => work(),
-                    (None, None) => unreachable!("the work ran or is still here"),
-                }
+                std::thread::scope(|scope| {
+                    let worker = scope.spawn(|| {
+                        lower_priority();
+                        work()
+                    });
+                    worker
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
             })
         }
         _ => work(),

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod watched;
+
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
