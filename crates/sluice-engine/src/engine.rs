@@ -341,7 +341,7 @@ impl Engine {
                     return None;
                 };
                 let values = entries.iter().map(|(_, v)| v.as_ref());
-                let info = with_key(values, |key| synced.key_info(key, now))?;
+                let info = with_key(values, |key| synced.key_info(key, now, self.flusher.view()))?;
                 let rule_id = rule.id.clone();
                 Some(KeyInfo { rule_id, ..info })
             })
@@ -357,6 +357,30 @@ impl Engine {
     /// Flushes the synced rules whose span ended since their last flush.
     pub async fn flush_due(&self) -> FlushReport {
         self.flusher.flush(&self.table, Due::SpanEnded).await
+    }
+
+    /// Flushes only the keys that asked for an early sync: a key whose span's safe share is
+    /// spent (its budget, or before its first reply its cold share) asks once a span. The
+    /// flush loop calls this a few milliseconds after [`Engine::early_sync_asked`] resolves,
+    /// so that keys asking at about the same time share one round trip.
+    pub async fn flush_early(&self) -> FlushReport {
+        self.flusher.flush(&self.table, Due::Early).await
+    }
+
+    /// Whether keys wait for an early sync ([`Engine::flush_early`]).
+    pub fn early_sync_wanted(&self) -> bool {
+        self.flusher.early_sync_wanted()
+    }
+
+    /// Resolves once keys ask for an early sync.
+    pub async fn early_sync_asked(&self) {
+        self.flusher.early_sync_asked().await;
+    }
+
+    /// Instances live on the store, this one included, as this instance's last announcement
+    /// found them (0 before the first answer, or with a store that keeps no such list).
+    pub fn fleet_size(&self) -> u64 {
+        self.flusher.fleet()
     }
 
     /// Every count this instance could not deliver to the store, for its state directory at

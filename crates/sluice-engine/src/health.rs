@@ -52,3 +52,23 @@ impl HealthCell {
         };
     }
 }
+
+/// What a synced decision knows of the store: whether it answers, and how many instances use
+/// it (as their announcements found them, at least the configured `expected_instances`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StoreView {
+    pub health: StoreHealth,
+    /// Instances live on the store, at least 1.
+    pub fleet: u64,
+}
+
+impl StoreView {
+    /// Answering, with `fleet` instances.
+    #[cfg(test)]
+    pub(crate) const fn answering(fleet: u64) -> Self {
+        Self {
+            health: StoreHealth::Answering,
+            fleet: if fleet == 0 { 1 } else { fleet },
+        }
+    }
+}

@@ -40,5 +40,5 @@ mod verdict;
 pub use breaker::BreakerState;
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
 pub use engine::{Engine, EngineError, EngineOptions};
-pub use flusher::{FlushReport, Spill, StateDir, StateError, run_flush_loop};
+pub use flusher::{EARLY_SYNC_DELAY, FlushReport, Spill, StateDir, StateError, run_flush_loop};
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

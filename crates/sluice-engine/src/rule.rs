@@ -87,14 +87,18 @@ impl RuleEngine {
                 (d, reason)
             }),
             RuleKind::Synced(synced) => {
-                let health = flusher.health();
+                let store = flusher.view();
                 with_key(values(), |key| {
                     if synced.keys.len() >= max_keys && !synced.keys.pin().contains_key(key) {
                         // Untracked keys are never synced: each instance keeps to its share.
                         let instances = synced.params.expected_instances;
                         return self.overflow(key, now, cost, instances);
                     }
-                    synced.check(key, now, cost, health)
+                    let (decision, reason, early) = synced.check(key, now, cost, store);
+                    if early {
+                        flusher.wake_early_sync();
+                    }
+                    (decision, reason)
                 })
             }
             RuleKind::Exact(exact) => {

@@ -52,8 +52,8 @@ async fn a_flush_larger_than_a_chunk_goes_in_several_and_every_count_lands() {
     );
     assert_eq!(
         store.operations(),
-        3,
-        "one round trip per chunk of at most 4"
+        4,
+        "one round trip per chunk of at most 4, then the instance's announcement"
     );
     assert_eq!(totals(&store), vec![1; KEYS]);
 }

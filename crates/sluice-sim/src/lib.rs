@@ -25,5 +25,6 @@ mod traffic;
 
 pub use plot::write_plots;
 pub use report::{EstimateSample, PolicyReport, Report};
-pub use run::{POLICIES, run, run_with_progress};
+pub use run::{POLICIES, rule_file, run, run_with_progress};
 pub use scenario::{Latency, NodeSpec, RuleSpec, Scenario, ScenarioError, StoreSpec, Traffic};
+pub use traffic::{Request, requests};

@@ -35,6 +35,16 @@ pub struct PolicyReport {
     pub over_mean_pct: f64,
     /// 99th percentile over-admission, % of the limit.
     pub over_p99_pct: f64,
+    /// Key-windows that were their key's first (no request in the window before).
+    pub first_windows: u64,
+    /// Over-admission of first windows, % of the limit: the largest.
+    pub first_over_max_pct: f64,
+    /// Over-admission of first windows: the 99th percentile.
+    pub first_over_p99_pct: f64,
+    /// Over-admission of the other (warm) windows: the largest.
+    pub warm_over_max_pct: f64,
+    /// Over-admission of the warm windows: the 99th percentile.
+    pub warm_over_p99_pct: f64,
     /// Requests denied while the true global count in the window the policy enforces (the
     /// fixed window; the sliding estimate for `predictive_sliding`) left room for them.
     pub false_denials: u64,
@@ -54,6 +64,8 @@ pub struct PolicyReport {
     pub store_commands_per_request: f64,
     /// Admitted per window for the busiest key.
     pub busiest_key_admitted: Vec<u64>,
+    /// Admitted per window, all keys together.
+    pub admitted_by_window: Vec<u64>,
     /// The largest over-admission of any key per window, % of the limit.
     pub over_by_window_pct: Vec<f64>,
     /// What the observer node knew about the busiest key, sampled at its flush timer (synced
@@ -86,17 +98,19 @@ impl Report {
     /// The report as a Markdown table (for docs/ACCURACY.md).
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| policy | requests | admitted | over max | over mean | over p99 | false denials | reaction s | store ops/s | ops/request | commands/request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| policy | requests | admitted | over max | over mean | over p99 | first windows: max | first windows: p99 | false denials | reaction s | store ops/s | ops/request | commands/request |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for p in &self.policies {
             out.push_str(&format!(
-                "| {} | {} | {} | {:.1}% | {:.2}% | {:.1}% | {:.3}% | {} | {:.2} | {:.4} | {:.4} |\n",
+                "| {} | {} | {} | {:.1}% | {:.2}% | {:.1}% | {:.1}% | {:.1}% | {:.3}% | {} | {:.2} | {:.4} | {:.4} |\n",
                 p.policy,
                 p.requests,
                 p.admitted,
                 p.over_max_pct,
                 p.over_mean_pct,
                 p.over_p99_pct,
+                p.first_over_max_pct,
+                p.first_over_p99_pct,
                 p.false_denial_pct,
                 p.attack_reaction_s
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}")),
@@ -111,7 +125,7 @@ impl Report {
     /// The report as a table.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "limit {} per {} s, {} spans, {} nodes, {} s simulated\n{:<20} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9}\n",
+            "limit {} per {} s, {} spans, {} nodes, {} s simulated\n{:<20} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}\n",
             self.limit,
             self.window_s,
             self.spans,
@@ -123,6 +137,8 @@ impl Report {
             "over max",
             "mean",
             "p99",
+            "1st max",
+            "1st p99",
             "false den",
             "react s",
             "ops/s",
@@ -134,13 +150,15 @@ impl Report {
                 .attack_reaction_s
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.1}"));
             out.push_str(&format!(
-                "{:<20} {:>9} {:>9} {:>7.1}% {:>7.2}% {:>7.1}% {:>8.3}% {:>8} {:>9.2} {:>9.4} {:>9.4}\n",
+                "{:<20} {:>9} {:>9} {:>7.1}% {:>7.2}% {:>7.1}% {:>8.1}% {:>8.1}% {:>8.3}% {:>8} {:>9.2} {:>9.4} {:>9.4}\n",
                 p.policy,
                 p.requests,
                 p.admitted,
                 p.over_max_pct,
                 p.over_mean_pct,
                 p.over_p99_pct,
+                p.first_over_max_pct,
+                p.first_over_p99_pct,
                 p.false_denial_pct,
                 react,
                 p.store_ops_per_s,

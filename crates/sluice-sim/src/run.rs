@@ -50,7 +50,9 @@ fn ready<F: Future>(f: F) -> F::Output {
     }
 }
 
-fn rules_for(policy: &str, s: &Scenario) -> sluice_config::RuleSet {
+/// The rule file (domain `sim`, descriptor `key`) the simulator runs `policy` with: what real
+/// processes need to run the same rule.
+pub fn rule_file(policy: &str, s: &Scenario) -> String {
     let r = &s.rule;
     let cooldown = if r.cooldown_s > 0.0 {
         format!(", cooldown: {}ms", (r.cooldown_s * 1000.0).round() as u64)
@@ -83,11 +85,14 @@ fn rules_for(policy: &str, s: &Scenario) -> sluice_config::RuleSet {
         "exact" => (r.limit, "mode: exact, on_store_error: deny".to_owned()),
         _ => ((r.limit / expected).max(1), "mode: local".to_owned()),
     };
-    let yaml = format!(
+    format!(
         "domain: sim\ndescriptors:\n  - key: key\n    rate_limit: {{ window: {}s, requests_per_unit: {limit}, {extra} }}\n",
         r.window_s
-    );
-    let domain = sluice_config::parse_domain(Path::new("scenario"), &yaml)
+    )
+}
+
+fn rules_for(policy: &str, s: &Scenario) -> sluice_config::RuleSet {
+    let domain = sluice_config::parse_domain(Path::new("scenario"), &rule_file(policy, s))
         .expect("generated rules are valid");
     sluice_config::RuleSet::new(vec![domain]).expect("one domain")
 }
@@ -106,8 +111,17 @@ struct NodeTimer<'e> {
     /// Next time its timer fires, ns since the start (true time).
     next: u64,
     inflight: Option<Flight<'e>>,
+    /// When its early sync goes (keys asked for one), ns since the start.
+    early: Option<u64>,
     final_sent: bool,
     gone: bool,
+}
+
+impl NodeTimer<'_> {
+    /// Its next event: the timer or an early sync.
+    fn due(&self) -> u64 {
+        self.early.map_or(self.next, |e| e.min(self.next))
+    }
 }
 
 /// The true count of one key in its current window.
@@ -117,13 +131,21 @@ struct KeyCount {
     current: u64,
     previous: u64,
     seen: bool,
+    /// The key's first window: it had no request in the window before (a new key, a returning
+    /// one, a new user): every instance starts without news of the others.
+    first: bool,
 }
 
 struct Tally<'a> {
     limit: u64,
     busiest: u32,
     over: Vec<f64>,
+    /// Over-admission of first windows (a subset of `over`) and of the others.
+    over_first: Vec<f64>,
+    over_warm: Vec<f64>,
     over_by_window: BTreeMap<u64, f64>,
+    /// Admitted per window, all keys together.
+    admitted_by_window: BTreeMap<u64, u64>,
     busiest_series: BTreeMap<u64, u64>,
     counts: Vec<KeyCount>,
     first_window: u64,
@@ -141,6 +163,11 @@ impl Tally<'_> {
         }
         let pct = c.current.saturating_sub(self.limit) as f64 * 100.0 / self.limit as f64;
         self.over.push(pct);
+        if c.first {
+            self.over_first.push(pct);
+        } else {
+            self.over_warm.push(pct);
+        }
         let rel = c.window - self.first_window;
         let slot = self.over_by_window.entry(rel).or_default();
         *slot = slot.max(pct);
@@ -154,16 +181,13 @@ impl Tally<'_> {
         let c = self.counts[key as usize];
         if !c.seen || c.window != window {
             self.close(key, c);
-            let previous = if c.seen && c.window + 1 == window {
-                c.current
-            } else {
-                0
-            };
+            let follows = c.seen && c.window + 1 == window;
             self.counts[key as usize] = KeyCount {
                 window,
                 current: 0,
-                previous,
+                previous: if follows { c.current } else { 0 },
                 seen: true,
+                first: !follows,
             };
         }
         &mut self.counts[key as usize]
@@ -214,7 +238,7 @@ fn simulate(
                 Arc::new(clocks[i].clone()) as Arc<dyn Clock>,
                 EngineOptions {
                     node_id: Some(format!("node-{i}")),
-                    expected_instances: s.nodes.expected.unwrap_or(s.nodes.count as u64),
+                    expected_instances: s.nodes.expected.unwrap_or(1),
                     // Futures are polled here on manual clocks: no tokio timers.
                     exact_budget_timer: false,
                     ..EngineOptions::default()
@@ -226,6 +250,7 @@ fn simulate(
         .map(|i| NodeTimer {
             next: s.nodes.join_s.get(i).copied().unwrap_or(0) * NS,
             inflight: None,
+            early: None,
             final_sent: false,
             gone: false,
         })
@@ -248,7 +273,10 @@ fn simulate(
         limit: s.rule.limit,
         busiest,
         over: Vec::new(),
+        over_first: Vec::new(),
+        over_warm: Vec::new(),
         over_by_window: BTreeMap::new(),
+        admitted_by_window: BTreeMap::new(),
         busiest_series: BTreeMap::new(),
         counts: vec![KeyCount::default(); traffic.keys.len()],
         first_window: t0 / window_ns,
@@ -258,13 +286,21 @@ fn simulate(
     };
 
     // Fires every node timer due up to `until`, in time order.
+    // Early syncs the engines asked for, taken into the node timers by `advance`.
+    let early_asks: Vec<std::cell::Cell<Option<u64>>> =
+        (0..s.nodes.count).map(|_| Default::default()).collect();
     let mut advance = |until: u64| {
+        for (timer, ask) in timers.iter_mut().zip(&early_asks) {
+            if let Some(at) = ask.take() {
+                timer.early = Some(timer.early.map_or(at, |e| e.min(at)));
+            }
+        }
         loop {
             let Some((i, x)) = timers
                 .iter()
                 .enumerate()
                 .filter(|(_, n)| !n.gone)
-                .map(|(i, n)| (i, n.next))
+                .map(|(i, n)| (i, n.due()))
                 .min_by_key(|&(i, x)| (x, i))
             else {
                 return;
@@ -275,6 +311,27 @@ fn simulate(
             set_store(x);
             clocks[i].set((t0 + x).saturating_add_signed(skews[i]));
             let node = &mut timers[i];
+            if node.early.is_some_and(|e| e == x && e < node.next) {
+                // The early sync, as `run_flush_loop` sends it: after the flush in flight.
+                if let Some(f) = node.inflight.as_mut()
+                    && poll_once(f.as_mut()).is_ready()
+                {
+                    node.inflight = None;
+                }
+                if node.inflight.is_some() {
+                    node.early = Some(x + POLL_NS);
+                    continue;
+                }
+                node.early = None;
+                store.set_clock_latency(sample_latency());
+                let mut fut: Flight<'_> = Box::pin(engines[i].flush_early());
+                if poll_once(fut.as_mut()).is_pending() {
+                    node.inflight = Some(fut);
+                    node.next = node.next.min(x + POLL_NS);
+                }
+                store.set_clock_latency(Duration::ZERO);
+                continue;
+            }
             let leaving = s
                 .nodes
                 .leave_s
@@ -347,11 +404,20 @@ fn simulate(
         let request = [[("key", traffic.keys[key as usize].as_str())]];
         let verdict = ready(engines[node as usize].check("sim", &request, u64::from(cost)))
             .expect("the sim domain exists");
+        let ask = &early_asks[node as usize];
+        if ask.get().is_none() && engines[node as usize].early_sync_wanted() {
+            ask.set(Some(t + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64));
+        }
         let count = tally.at(key, window);
         if verdict.allowed {
             count.current += u64::from(cost);
             admitted += 1;
-            if count.current > s.rule.limit {
+            let over = count.current > s.rule.limit;
+            *tally
+                .admitted_by_window
+                .entry(window - tally.first_window)
+                .or_default() += u64::from(cost);
+            if over {
                 for (a, &(attacker, start)) in tally.attacks.iter().enumerate() {
                     if attacker == key && t >= start && tally.full_at[a].is_none() {
                         tally.full_at[a] = Some(t);
@@ -383,6 +449,12 @@ fn simulate(
     }
     let mut over = std::mem::take(&mut tally.over);
     over.sort_by(f64::total_cmp);
+    let (mut first, mut warm) = (
+        std::mem::take(&mut tally.over_first),
+        std::mem::take(&mut tally.over_warm),
+    );
+    first.sort_by(f64::total_cmp);
+    warm.sort_by(f64::total_cmp);
     let requests = traffic.arrivals.len() as u64;
     let ops = store.operations();
     let per_request = |x: u64| {
@@ -405,6 +477,11 @@ fn simulate(
             over.iter().sum::<f64>() / over.len() as f64
         },
         over_p99_pct: percentile(&over, 0.99),
+        first_windows: first.len() as u64,
+        first_over_max_pct: first.last().copied().unwrap_or(0.0),
+        first_over_p99_pct: percentile(&first, 0.99),
+        warm_over_max_pct: warm.last().copied().unwrap_or(0.0),
+        warm_over_p99_pct: percentile(&warm, 0.99),
         false_denials,
         false_denial_pct: per_request(false_denials) * 100.0,
         attack_reaction_s: if tally.reactions.iter().any(Option::is_none) {
@@ -423,6 +500,9 @@ fn simulate(
         store_commands_per_request: per_request(store.commands()),
         busiest_key_admitted: (0..windows as u64)
             .map(|w| tally.busiest_series.get(&w).copied().unwrap_or(0))
+            .collect(),
+        admitted_by_window: (0..windows as u64)
+            .map(|w| tally.admitted_by_window.get(&w).copied().unwrap_or(0))
             .collect(),
         over_by_window_pct: (0..windows as u64)
             .map(|w| tally.over_by_window.get(&w).copied().unwrap_or(0.0))

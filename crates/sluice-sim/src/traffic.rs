@@ -162,6 +162,35 @@ fn poisson(rng: &mut Rng, rate: f64, from: u64, to: u64, mut each: impl FnMut(&m
     }
 }
 
+/// One request of a scenario's traffic, as [`requests`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Time since the start (a window boundary), nanoseconds.
+    pub t_ns: u64,
+    /// The node that receives it.
+    pub node: usize,
+    /// The value of the rule's descriptor `key`.
+    pub key: String,
+    /// Its cost.
+    pub cost: u32,
+}
+
+/// The scenario's requests in time order, exactly those [`crate::run`] simulates (the same
+/// file and seed give the same list): for replaying the traffic against real processes.
+pub fn requests(s: &Scenario) -> Vec<Request> {
+    let traffic = generate(s);
+    traffic
+        .arrivals
+        .iter()
+        .map(|a| Request {
+            t_ns: a.t,
+            node: a.node as usize,
+            key: traffic.keys[a.key as usize].clone(),
+            cost: a.cost,
+        })
+        .collect()
+}
+
 /// Generates the requests; the same scenario gives the same list.
 pub(crate) fn generate(s: &Scenario) -> Generated {
     let duration = s.duration_s * NS;

@@ -52,9 +52,14 @@ fn shipped_scenarios_are_deterministic_and_exact_never_over_admits() {
         // The accuracy targets of docs/ACCURACY.md (deterministic, so they are regression
         // tests too).
         let (reactive, predictive) = (policy(&first, "reactive"), policy(&first, "predictive"));
-        assert_eq!(
-            reactive.store_ops, predictive.store_ops,
-            "{name}: same store operations"
+        // Both flush every span; predictive adds at most one early sync per node per span.
+        let spans = s.duration_s.div_ceil(s.rule.window_s) * u64::from(s.rule.spans);
+        assert!(
+            predictive.store_ops >= reactive.store_ops
+                && predictive.store_ops <= reactive.store_ops + spans * s.nodes.count as u64,
+            "{name}: store operations {} (reactive {})",
+            predictive.store_ops,
+            reactive.store_ops
         );
         if reactive.over_p99_pct > 1.0 {
             assert!(
@@ -191,7 +196,9 @@ fn a_trace_replays_request_by_request() {
 
 #[test]
 fn store_latency_delays_what_the_nodes_learn() {
-    let base = "duration_s: 600\nseed: 11\nrule: { limit: 300, window_s: 60, spans: 6 }\nnodes: { count: 3 }\ntraffic:\n  - steady: { rate: 10 }\npolicies: [predictive, exact]\n";
+    // `expected: 3`: with replies that never come in time, the fleet's size cannot be learned
+    // from the store either; the configured floor is what a node has.
+    let base = "duration_s: 600\nseed: 11\nrule: { limit: 300, window_s: 60, spans: 6 }\nnodes: { count: 3, expected: 3 }\ntraffic:\n  - steady: { rate: 10 }\npolicies: [predictive, exact]\n";
     let fast = run(&Scenario::parse("fast.yaml", base).unwrap());
     // Replies that come back after the window is over: the nodes learn nothing in time.
     let slow = run(&Scenario::parse(

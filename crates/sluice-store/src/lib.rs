@@ -169,6 +169,20 @@ pub struct FlushReply {
     pub round_trips: usize,
 }
 
+/// The instances that use a store, as an announcement found them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Presence {
+    /// Instances that announced themselves recently, the announcing one included (0: the store
+    /// does not know).
+    pub live: u64,
+    /// The store's clock when it answered, in nanoseconds since the epoch.
+    pub store_time: Nanos,
+}
+
+/// The store key of the list of live instances (a sorted set: instance id, scored by its last
+/// announcement in milliseconds of the store's clock).
+pub const FLEET_KEY: &str = "sluice:v1:fleet";
+
 /// The shared store of counters.
 pub trait CounterStore: Send + Sync + 'static {
     /// Applies a batch of counts: one pipeline per store node. With a receipt, each pipeline
@@ -196,6 +210,19 @@ pub trait CounterStore: Send + Sync + 'static {
 
     /// The store's current time, in nanoseconds since the epoch.
     fn time(&self) -> StoreFuture<'_, Nanos>;
+
+    /// Announces instance `node` as live at the store's time and returns how many instances
+    /// announced themselves within `live_for` (this one included), with the store's time.
+    /// Stores that keep no such list answer with `live: 0` (unknown).
+    fn announce<'a>(&'a self, node: &'a str, live_for: Duration) -> StoreFuture<'a, Presence> {
+        let _ = (node, live_for);
+        Box::pin(async move {
+            Ok(Presence {
+                live: 0,
+                store_time: self.time().await?,
+            })
+        })
+    }
 
     /// A short description for logs (`memory`, `redis://host:port`; never credentials).
     fn describe(&self) -> String;

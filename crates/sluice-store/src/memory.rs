@@ -9,8 +9,8 @@ use sluice_core::{Clock, Decision, Nanos, duration_to_nanos};
 
 use crate::exact::{ExactRequest, ExactStateHandle, decide_in_memory};
 use crate::{
-    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, NodeEntry, StoreError,
-    StoreFuture,
+    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, NodeEntry, Presence,
+    StoreError, StoreFuture,
 };
 
 #[derive(Default)]
@@ -20,6 +20,8 @@ struct State {
     exact: HashMap<Arc<str>, (ExactStateHandle, Nanos)>,
     /// Flush markers (see `FlushReceipt`): token and expiry.
     markers: HashMap<String, (u64, Nanos)>,
+    /// Live instances: id and last announcement.
+    fleet: HashMap<String, Nanos>,
     flushes_since_sweep: u32,
 }
 
@@ -316,6 +318,21 @@ impl CounterStore for MemoryStore {
         Box::pin(self.round_trip(move || {
             self.commands.fetch_add(1, Ordering::Relaxed);
             Ok(self.clock.now())
+        }))
+    }
+
+    fn announce<'a>(&'a self, node: &'a str, live_for: Duration) -> StoreFuture<'a, Presence> {
+        Box::pin(self.round_trip(move || {
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            let now = self.clock.now();
+            let mut state = self.lock();
+            state.fleet.insert(node.to_owned(), now);
+            let since = now.saturating_sub(live_for.as_nanos() as u64);
+            state.fleet.retain(|_, &mut at| at >= since);
+            Ok(Presence {
+                live: state.fleet.len() as u64,
+                store_time: now,
+            })
         }))
     }
 

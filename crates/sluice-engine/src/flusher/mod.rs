@@ -18,12 +18,12 @@ use metrics::{counter, gauge, histogram};
 use sluice_core::{Clock, Nanos};
 use sluice_store::{CounterStore, FlushItem, StoreError};
 
-pub use schedule::run_flush_loop;
+pub use schedule::{EARLY_SYNC_DELAY, run_flush_loop};
 pub use spill::{Spill, StateDir, StateError};
 
 use crate::breaker::{Breaker, BreakerState};
 use crate::exact::StoreCalls;
-use crate::health::{HealthCell, StoreHealth};
+use crate::health::{HealthCell, StoreHealth, StoreView};
 use crate::rule::{RuleEngine, RuleKind};
 use crate::synced::{PendingFlush, SyncedRule};
 use crate::table::RuleTable;
@@ -54,6 +54,8 @@ pub(crate) enum Due {
     All,
     /// Rules whose span ended since their last flush (the timer).
     SpanEnded,
+    /// Only the keys that asked for an early sync (their span's safe share is spent).
+    Early,
 }
 
 /// The store side of an engine (see the module documentation).
@@ -79,10 +81,25 @@ pub(crate) struct Flusher {
     /// Exact mode's breaker and time budget per request.
     breaker: Breaker,
     exact_timeout: Option<std::time::Duration>,
+    /// Instances live on the store as the last announcement found them (0: not known yet).
+    fleet: AtomicU64,
+    /// When this instance last announced itself (raw local time), and how many times.
+    last_announce: AtomicU64,
+    announcements: AtomicU64,
+    /// Keys asked for an early sync since the last early flush; wakes the flush loop.
+    early_wanted: std::sync::atomic::AtomicBool,
+    early_wake: tokio::sync::Notify,
 }
 
 /// Nanoseconds between probes of an idle store.
 const PROBE_EVERY_NS: u64 = 1_000_000_000;
+
+/// How often an instance announces itself to the store: every second for its first
+/// [`QUICK_ANNOUNCEMENTS`] (a fleet that starts together learns its size at once), then every
+/// 15 s; an instance not heard from for [`LIVE_FOR`] has left.
+const ANNOUNCE_EVERY_NS: u64 = 15_000_000_000;
+const QUICK_ANNOUNCEMENTS: u64 = 10;
+const LIVE_FOR: std::time::Duration = std::time::Duration::from_secs(45);
 
 /// Counts a store error in `sluice_store_errors_total` (flushes, probes and exact mode alike).
 pub(crate) fn count_store_error(e: &StoreError) {
@@ -113,6 +130,69 @@ impl Flusher {
             replay: parking_lot::Mutex::new(None),
             breaker: Breaker::new(exact),
             exact_timeout: exact_budget_timer.then_some(exact.timeout),
+            fleet: AtomicU64::new(0),
+            last_announce: AtomicU64::new(0),
+            announcements: AtomicU64::new(0),
+            early_wanted: std::sync::atomic::AtomicBool::new(false),
+            early_wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// What a synced decision knows of the store now.
+    pub(crate) fn view(&self) -> StoreView {
+        StoreView {
+            health: self.health(),
+            fleet: self.fleet.load(Ordering::Relaxed).max(1),
+        }
+    }
+
+    /// Instances live on the store (0 until the first announcement is answered).
+    pub(crate) fn fleet(&self) -> u64 {
+        self.fleet.load(Ordering::Relaxed)
+    }
+
+    /// A key asked for an early sync: wake the flush loop.
+    pub(crate) fn wake_early_sync(&self) {
+        if !self.early_wanted.swap(true, Ordering::Relaxed) {
+            self.early_wake.notify_one();
+        }
+    }
+
+    /// Whether keys wait for an early sync.
+    pub(crate) fn early_sync_wanted(&self) -> bool {
+        self.early_wanted.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once keys have asked for an early sync.
+    pub(crate) async fn early_sync_asked(&self) {
+        if !self.early_sync_wanted() {
+            self.early_wake.notified().await;
+        }
+    }
+
+    /// Announces this instance to the store when due (see [`ANNOUNCE_EVERY_NS`]): the store
+    /// answers with the instances live, and its clock.
+    async fn announce_if_due(&self, table: &RuleTable) {
+        let raw_now = self.clock.now();
+        let last = self.last_announce.load(Ordering::Relaxed);
+        let count = self.announcements.load(Ordering::Relaxed);
+        let every = if count < QUICK_ANNOUNCEMENTS {
+            PROBE_EVERY_NS
+        } else {
+            ANNOUNCE_EVERY_NS
+        };
+        if !table.has_synced() || (count > 0 && raw_now.saturating_sub(last) < every) {
+            return;
+        }
+        self.last_announce.store(raw_now, Ordering::Relaxed);
+        match self.store.announce(&self.node, LIVE_FOR).await {
+            Ok(presence) => {
+                self.announcements.fetch_add(1, Ordering::Relaxed);
+                self.observe_store_time(raw_now, self.clock.now(), presence.store_time);
+                self.fleet.store(presence.live, Ordering::Relaxed);
+                gauge!("sluice_fleet_instances").set(presence.live as f64);
+            }
+            Err(e) => count_store_error(&e),
         }
     }
 
@@ -191,9 +271,27 @@ impl Flusher {
     /// is due.
     pub(crate) async fn flush(&self, table: &RuleTable, due: Due) -> FlushReport {
         let mut delivery = self.delivery.lock().await;
+        let mut report = FlushReport::default();
+        if due == Due::Early {
+            self.early_wanted.store(false, Ordering::Relaxed);
+            let now = self.now();
+            let (mut items, mut pending) = (Vec::new(), Vec::new());
+            for rule in table.rules() {
+                if let RuleKind::Synced(synced) = &*rule.kind {
+                    let mut mine = Vec::new();
+                    synced.prepare_early(now, &self.node, &mut items, &mut mine);
+                    pending.extend(mine.into_iter().map(|p| (synced, p)));
+                }
+            }
+            if !items.is_empty() {
+                counter!("sluice_early_syncs_total").increment(items.len() as u64);
+                self.send(&mut delivery, &mut items, &pending, &mut report)
+                    .await;
+            }
+            return report;
+        }
         let now = self.now();
         let retired = self.retired_rules();
-        let mut report = FlushReport::default();
         let (mut items, pending, evicted) =
             off_the_request_path(|| self.collect(table, &retired, now, due));
         report.evicted = evicted;
@@ -206,6 +304,9 @@ impl Flusher {
         if self.health().answering() {
             self.replay_step(&mut report).await;
         }
+        // After the counts: a slow store delays what the instance learns of the fleet, not
+        // the counts' delivery.
+        self.announce_if_due(table).await;
         report
     }
 
@@ -237,12 +338,12 @@ impl Flusher {
                     self.observe_store_time(t.sent_at, t.received_at, t.store);
                 }
                 self.count_item_results(&sent.results);
-                let now = self.now();
+                let (now, view) = (self.now(), self.view());
                 report.failed += off_the_request_path(|| {
                     let outcome = |i: usize| sent.results.get(i).and_then(ItemResult::outcome);
                     pending
                         .iter()
-                        .filter(|(synced, p)| !synced.apply(p, outcome, &self.node, now))
+                        .filter(|(synced, p)| !synced.apply(p, outcome, &self.node, (now, view)))
                         .count()
                 });
                 counter!("sluice_flushes_total", "result" => "ok").increment(1);
@@ -252,9 +353,10 @@ impl Flusher {
                 count_store_error(&e);
                 counter!("sluice_flushes_total", "result" => "error").increment(1);
                 tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply");
+                let view = self.view();
                 off_the_request_path(|| {
                     for (synced, p) in pending {
-                        synced.apply(p, |_| None, &self.node, now);
+                        synced.apply(p, |_| None, &self.node, (now, view));
                     }
                 });
                 report.failed = report.items;

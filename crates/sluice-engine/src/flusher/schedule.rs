@@ -6,9 +6,14 @@ use std::time::Duration;
 
 use crate::Engine;
 
+/// How long an early sync waits for other keys to ask too: they share its round trip.
+pub const EARLY_SYNC_DELAY: Duration = Duration::from_millis(2);
+
 /// Flushes the engine `current()` returns (it may change: a reload swaps engines) at every
 /// span boundary of its rules, at least once a second, calling `after_flush` after each tick,
 /// until `shutdown` resolves; then flushes everything once more and returns that flush's report.
+/// In between, keys that ask for an early sync are flushed [`EARLY_SYNC_DELAY`] after the
+/// first of them asks (the others asking meanwhile go in the same round trip).
 ///
 /// Ticks fall on multiples of the tick on the store-corrected clock, so instances flush at
 /// the same span boundaries.
@@ -31,6 +36,10 @@ pub async fn run_flush_loop(
             _ = tokio::time::sleep(wait) => {
                 engine.flush_due().await;
                 after_flush();
+            }
+            _ = engine.early_sync_asked() => {
+                tokio::time::sleep(EARLY_SYNC_DELAY).await;
+                engine.flush_early().await;
             }
         }
     }

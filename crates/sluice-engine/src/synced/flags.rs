@@ -29,25 +29,64 @@ bitflags::bitflags! {
     }
 }
 
-/// Whether the key was checked in its window, the one before, the one before that (bits 0,
-/// 1, 2): an idle key is evicted once all three are clear.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Activity(u8);
+bitflags::bitflags! {
+    /// A synced key's recent activity, in one byte: the windows it was checked in (bits 0, 1,
+    /// 2: its window, the one before, the one before that; an idle key is evicted once all
+    /// three are clear), and its early syncs.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub(crate) struct Activity: u8 {
+        const CHECKED = 0b111;
+        /// An early sync was asked for in the current span (at most one a span).
+        const EARLY_ASKED = 1 << 3;
+        /// Asked, and not yet handed to the rule's queue of early syncs.
+        const EARLY_TO_QUEUE = 1 << 4;
+        /// A reply to a span-boundary flush with entries has come (one: while the instances
+        /// that flushed at the same boundary may not be in it yet).
+        const BOUNDARY_REPLY = 1 << 5;
+    }
+}
 
 impl Activity {
     /// The key was checked in its current window.
     pub(crate) fn mark(&mut self) {
-        self.0 |= 1;
+        self.insert(Self::from_bits_retain(1));
     }
 
     /// `gap` windows have passed.
     pub(crate) fn shift(&mut self, gap: u64) {
-        self.0 = if gap >= 3 { 0 } else { (self.0 << gap) & 0b111 };
+        let checked = self.bits() & Self::CHECKED.bits();
+        let shifted = if gap >= 3 {
+            0
+        } else {
+            (checked << gap) & Self::CHECKED.bits()
+        };
+        *self = Self::from_bits_retain((self.bits() & !Self::CHECKED.bits()) | shifted);
     }
 
     /// Not checked in any of the last three windows.
     pub(crate) fn idle(self) -> bool {
-        self.0 == 0
+        !self.intersects(Self::CHECKED)
+    }
+
+    /// A new span: its early sync is still to be asked for.
+    pub(crate) fn new_span(&mut self) {
+        self.remove(Self::EARLY_ASKED | Self::EARLY_TO_QUEUE);
+    }
+
+    /// Asks for an early sync of the key, once a span: whether this call asked.
+    pub(crate) fn ask_early(&mut self) -> bool {
+        if self.contains(Self::EARLY_ASKED) {
+            return false;
+        }
+        self.insert(Self::EARLY_ASKED | Self::EARLY_TO_QUEUE);
+        true
+    }
+
+    /// Whether an early sync was asked for and not yet queued (and takes it).
+    pub(crate) fn take_to_queue(&mut self) -> bool {
+        let asked = self.contains(Self::EARLY_TO_QUEUE);
+        self.remove(Self::EARLY_TO_QUEUE);
+        asked
     }
 }
 
@@ -67,5 +106,22 @@ mod tests {
         a.mark();
         a.shift(1_000_000);
         assert!(a.idle());
+    }
+
+    #[test]
+    fn windows_age_apart_from_the_early_sync_marks() {
+        let mut a = Activity::default();
+        a.mark();
+        assert!(a.ask_early());
+        assert!(!a.ask_early(), "once a span");
+        a.shift(1);
+        assert!(!a.idle());
+        assert!(a.take_to_queue());
+        assert!(!a.take_to_queue());
+        a.new_span();
+        assert!(a.ask_early());
+        a.shift(5);
+        assert!(a.idle());
+        assert!(a.contains(Activity::EARLY_ASKED));
     }
 }

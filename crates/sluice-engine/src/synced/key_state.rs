@@ -15,7 +15,7 @@ use super::params::SyncedParams;
 use super::reply::{listed_others, unlisted_demand};
 use super::shared::{Other, Shared, set_others};
 use super::time::{Deadline, Demand, Stamp, store_ms};
-use crate::health::StoreHealth;
+use crate::health::StoreView;
 use crate::verdict::Reason;
 
 pub(super) fn sat32(v: u64) -> u32 {
@@ -85,6 +85,8 @@ pub(crate) struct Flight {
     pub carry: Option<u32>,
     /// The window's count.
     pub current: Option<u32>,
+    /// Sent ahead of the span boundary (an early sync), not at it.
+    pub early: bool,
 }
 
 /// What [`KeyState::drain`] hands to the flush.
@@ -116,6 +118,16 @@ pub(crate) struct Replies<'a> {
 impl KeyState {
     fn has(&self, flag: KeyFlags) -> bool {
         self.flags.contains(flag)
+    }
+
+    /// Whether the key's sharing is settled (see [`KeyFlags::SETTLED`]).
+    pub(crate) fn settled(&self) -> bool {
+        self.has(KeyFlags::SETTLED)
+    }
+
+    /// Whether an early sync was asked for since the last call (see [`Activity::ask_early`]).
+    pub(crate) fn take_early_sync(&mut self) -> bool {
+        self.activity.take_to_queue()
     }
 
     /// Whether the key has shared state in its rule's second map.
@@ -247,7 +259,7 @@ impl KeyState {
         mut shared: Option<&mut Shared>,
         now: Nanos,
         cost: u64,
-        health: StoreHealth,
+        store: StoreView,
     ) -> (Decision, Option<Reason>) {
         let w = p.window_of(now);
         self.roll(p, shared.as_deref_mut(), w, now);
@@ -258,6 +270,7 @@ impl KeyState {
             self.span = span as u16;
             self.flags.insert(KeyFlags::SPAN_SET);
             self.span_count = 0;
+            self.activity.new_span();
         }
         let span_end = (span + 1).saturating_mul(p.span_ns);
         self.activity.mark();
@@ -281,9 +294,18 @@ impl KeyState {
         if now < blocked_until {
             return (denied(blocked_until - now), Some(Reason::GlobalBlock));
         }
-        if let Some(reason) = self.over_fallback_share(p, cost, health) {
+        // The next news of the others: an early sync asked for now comes back within
+        // moments; otherwise the span's flush.
+        let until_news = |key: &mut Self| {
+            if key.activity.ask_early() {
+                (span_end - now).min(EARLY_SYNC_RETRY_NS)
+            } else {
+                span_end - now
+            }
+        };
+        if let Some(reason) = self.over_fallback_share(p, cost, store) {
             let retry = match reason {
-                FallbackDenial::ColdSpan => span_end - now,
+                FallbackDenial::ColdSpan => until_news(self),
                 FallbackDenial::StoreDown => {
                     self.block(p, window_start, now);
                     self.blocked_until(p, window_start).saturating_sub(now)
@@ -291,13 +313,17 @@ impl KeyState {
             };
             return (denied(retry), Some(Reason::Fallback));
         }
-        let used = match self.room_for(p, shared, window_start, now, cost, health) {
+        let used = match self.room_for(p, shared.as_deref_mut(), window_start, now, cost, store) {
             Ok(used) => used,
-            Err(reason) => return (denied(reset_after), Some(reason)),
+            Err(Refusal::Limit) => return (denied(reset_after), Some(Reason::Estimate)),
+            Err(Refusal::Budget) => return (denied(until_news(self)), Some(Reason::Estimate)),
         };
         self.local = self.local.saturating_add(cost32);
         self.unflushed = self.unflushed.saturating_add(cost32);
         self.span_count = self.span_count.saturating_add(cost32);
+        if self.share_spent(p, shared.as_deref(), window_start, now, store) {
+            self.activity.ask_early();
+        }
         let remaining = p.limit.saturating_sub(used + cost);
         let reset_after = Duration::from_nanos(reset_after);
         let delay = Duration::ZERO;
@@ -311,6 +337,32 @@ impl KeyState {
         )
     }
 
+    /// Whether this span's safe share is used up, so the key should sync before its span
+    /// ends: before the key's first reply, the cold share (MAX/(instances x spans)); with a
+    /// budget, the budget.
+    fn share_spent(
+        &self,
+        p: &SyncedParams,
+        shared: Option<&Shared>,
+        window_start: Nanos,
+        now: Nanos,
+        store: StoreView,
+    ) -> bool {
+        if !p.predictive() || !store.health.answering() {
+            return false;
+        }
+        if !self.has(KeyFlags::SEEN_ENTRIES) {
+            let parties = store.fleet.max(p.expected_instances);
+            return parties > 1
+                && !model::fits_share(p, parties, self.span_count.into(), self.local.into(), 1);
+        }
+        let Some(budget) = shared.and_then(Shared::budget) else {
+            return false;
+        };
+        let since = self.local.saturating_sub(budget.local_at);
+        u64::from(since) >= model::budget_now(p, self, &budget, window_start, now)
+    }
+
     /// Whether the policy has room for `cost` more: predictive, the estimate of the global
     /// count (and, for a shared key, this instance's budget); reactive, its own count scaled by
     /// the node estimate. Returns the count the room was judged against.
@@ -321,25 +373,44 @@ impl KeyState {
         window_start: Nanos,
         now: Nanos,
         cost: u64,
-        health: StoreHealth,
-    ) -> Result<u64, Reason> {
+        store: StoreView,
+    ) -> Result<u64, Refusal> {
         let local = u64::from(self.local);
         if !p.predictive() {
             let nodes = model::node_estimate(self);
             if (local + cost).saturating_mul(nodes) > p.limit {
-                return Err(Reason::LocalBudget);
+                return Err(Refusal::Limit);
             }
             return Ok((local + u64::from(self.others_read)).max(local * nodes));
         }
-        let estimate = model::estimate(p, self, shared.as_deref(), window_start, now, health);
-        if estimate + cost as f64 > p.limit as f64 {
-            return Err(Reason::Estimate);
+        let phantoms = model::phantoms(p, self, shared.as_deref(), now, store.fleet);
+        let estimate = model::estimate(
+            p,
+            self,
+            shared.as_deref(),
+            window_start,
+            now,
+            (store.health, phantoms),
+        );
+        // With a budget set in this window, the budget decides (with what is known for sure
+        // as the hard limit): it is this instance's share of the room the estimate left at its
+        // last reply, and the others' shares are theirs. Extrapolating the others further at
+        // their demand would count, as admitted, the requests their own budgets deny.
+        let budgeted = self.has(KeyFlags::SEEN_ENTRIES)
+            && shared.as_deref().is_some_and(|x| x.budget().is_some());
+        let bound = if budgeted {
+            model::known_count(p, self, shared.as_deref(), window_start, now)
+        } else {
+            estimate
+        };
+        if bound + cost as f64 > p.limit as f64 {
+            return Err(Refusal::Limit);
         }
         if self.has(KeyFlags::SEEN_ENTRIES)
             && let Some(shared) = shared
-            && !self.within_budget(p, shared, window_start, now, cost)
+            && !self.within_budget(p, shared, window_start, now, cost, phantoms)
         {
-            return Err(Reason::Estimate);
+            return Err(Refusal::Budget);
         }
         Ok(estimate.ceil() as u64)
     }
@@ -354,19 +425,17 @@ impl KeyState {
         &self,
         p: &SyncedParams,
         cost: u64,
-        health: StoreHealth,
+        store: StoreView,
     ) -> Option<FallbackDenial> {
         let seen_entries = self.has(KeyFlags::SEEN_ENTRIES);
         let (span_count, local) = (u64::from(self.span_count), u64::from(self.local));
-        let cold = p.predictive() && !seen_entries && health.answering();
-        if cold
-            && p.expected_instances > 1
-            && !model::fits_share(p, p.expected_instances, span_count, local, cost)
-        {
+        let cold = p.predictive() && !seen_entries && store.health.answering();
+        let parties = store.fleet.max(p.expected_instances);
+        if cold && parties > 1 && !model::fits_share(p, parties, span_count, local, cost) {
             return Some(FallbackDenial::ColdSpan);
         }
         let nodes = model::node_estimate(self);
-        let use_fallback = !health.answering() && (!p.predictive() || !seen_entries);
+        let use_fallback = !store.health.answering() && (!p.predictive() || !seen_entries);
         (use_fallback && !model::fits_share(p, nodes, span_count, local, cost))
             .then_some(FallbackDenial::StoreDown)
     }
@@ -380,11 +449,12 @@ impl KeyState {
         window_start: Nanos,
         now: Nanos,
         cost: u64,
+        phantoms: u64,
     ) -> bool {
         let budget = match shared.budget() {
             Some(budget) => budget,
             None => {
-                let budget = model::budget(p, self, shared, window_start, now);
+                let budget = model::budget(p, self, shared, window_start, now, phantoms);
                 shared.set_budget(budget);
                 budget
             }
@@ -403,6 +473,7 @@ impl KeyState {
         mut shared: Option<&mut Shared>,
         node: &Arc<str>,
         now: Nanos,
+        early: bool,
     ) -> Drain {
         let w = p.window_of(now);
         self.roll(p, shared.as_deref_mut(), w, now);
@@ -412,6 +483,7 @@ impl KeyState {
             window,
             carry: None,
             current: None,
+            early,
         };
         if self.carry > 0 {
             flight.carry = Some(std::mem::take(&mut self.carry));
@@ -434,7 +506,7 @@ impl KeyState {
         let timeline = p.timeline();
         let elapsed = now.saturating_sub(timeline.at(window_start, self.demand_at));
         if elapsed > 0 {
-            self.demand = self.demand.sampled(self.offered, elapsed);
+            self.demand = self.demand.sampled(self.offered, elapsed, p.span_ns);
         }
         self.offered = 0;
         self.demand_at = timeline.stamp(window_start, now);
@@ -472,7 +544,7 @@ impl KeyState {
                 || !self.has(KeyFlags::SETTLED)
                 || self.has(KeyFlags::CUT_OFF)
                 || shared.is_some_and(|x| {
-                    x.needed(now) && !model::far_below(p, self, x, window_start, now)
+                    x.needed(now) && !model::far_below(p, self, x, window_start, now, 0)
                 }))
     }
 
@@ -486,7 +558,7 @@ impl KeyState {
         flight: &Flight,
         replies: Replies<'_>,
         node: &str,
-        now: Nanos,
+        (now, store): (Nanos, StoreView),
     ) -> bool {
         self.flags.remove(KeyFlags::IN_FLIGHT);
         let kw = self.key_window(p.window_of(now));
@@ -513,7 +585,7 @@ impl KeyState {
             x.heard_at = now;
         }
         if flight.window == kw {
-            self.absorb_outcome(p, shared, outcome, node, kw, now);
+            self.absorb_outcome(p, shared, (outcome, flight.early), node, kw, (now, store));
         } else if flight.window + 1 == kw {
             self.prev_global = self.prev_global.max(sat32(outcome.total));
         }
@@ -525,10 +597,10 @@ impl KeyState {
         &mut self,
         p: &SyncedParams,
         shared: &mut Option<Shared>,
-        outcome: &FlushOutcome,
+        (outcome, early): (&FlushOutcome, bool),
         node: &str,
         kw: u64,
-        now: Nanos,
+        (now, store): (Nanos, StoreView),
     ) {
         let window_start = p.window_start(kw);
         // Our own count as of the snapshot is in the total; what came after is not.
@@ -554,13 +626,18 @@ impl KeyState {
             let others_seen = listed > 0
                 || unlisted.is_some()
                 || outcome.entries.iter().any(|e| &*e.node != node);
-            if others_seen || self.has(KeyFlags::SEEN_ENTRIES) {
-                self.flags.insert(KeyFlags::SETTLED);
-            }
-            self.flags.insert(KeyFlags::SEEN_ENTRIES);
             let mut others = listed_others(p, shared, outcome, node, window_start, now);
             others.extend(unlisted);
             set_others(shared, others, now);
+            if self.settles(p, shared.as_ref(), others_seen, early, (now, store)) {
+                self.flags.insert(KeyFlags::SETTLED);
+            }
+            self.flags.insert(KeyFlags::SEEN_ENTRIES);
+            if model::phantoms(p, self, shared.as_ref(), now, store.fleet) > 0 {
+                // Instances not listed yet get their share of the room: a budget, kept with
+                // the key's shared state.
+                shared.get_or_insert_with(|| Shared::heard_at(now));
+            }
         } else if self.has(KeyFlags::SEEN_ENTRIES) {
             // A flush that only added its count (the key was ours alone, or far below its
             // limit): anything beyond our count is someone else's, one unlisted group. The
@@ -579,15 +656,57 @@ impl KeyState {
         if self.has(KeyFlags::SEEN_ENTRIES)
             && let Some(x) = shared
         {
-            let budget = model::budget(p, self, x, window_start, now);
+            let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
+            let budget = model::budget(p, self, x, window_start, now, phantoms);
             x.set_budget(budget);
         }
+    }
+
+    /// Whether a reply with entries settles whether the key is shared. With a fleet of
+    /// several instances: once the reply lists all of them, or at the second reply to a
+    /// span-boundary flush (by then every instance that counted the key before the last
+    /// boundary has flushed it). With no fleet known: once a reply shows another instance,
+    /// or at the second reply.
+    fn settles(
+        &mut self,
+        p: &SyncedParams,
+        shared: Option<&Shared>,
+        others_seen: bool,
+        early: bool,
+        (now, store): (Nanos, StoreView),
+    ) -> bool {
+        let parties = store.fleet.max(p.expected_instances);
+        if parties <= 1 {
+            return others_seen || self.has(KeyFlags::SEEN_ENTRIES);
+        }
+        let listed = shared.map_or(0, |x| x.live_others(p, now).count() as u64);
+        if listed + 1 >= parties {
+            return true;
+        }
+        if early {
+            return false;
+        }
+        let second = self.activity.contains(Activity::BOUNDARY_REPLY);
+        self.activity.insert(Activity::BOUNDARY_REPLY);
+        second
     }
 
     /// Whether the key is blocked at `now` (`window`: its window then).
     pub(crate) fn blocked_at(&self, p: &SyncedParams, window: u64, now: Nanos) -> bool {
         self.blocked_until(p, p.window_start(window)) > now
     }
+}
+
+/// How long a request denied while an early sync is on its way is told to wait: the sync is
+/// coalesced for a few milliseconds and takes one round trip to the store.
+const EARLY_SYNC_RETRY_NS: u64 = 25_000_000;
+
+/// Why the policy refused a request.
+enum Refusal {
+    /// The estimate of the global count has no room for it (or, reactive, the scaled count).
+    Limit,
+    /// This instance's budget until its next reply is spent.
+    Budget,
 }
 
 /// Why a fallback share denied a request.

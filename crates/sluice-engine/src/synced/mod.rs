@@ -35,7 +35,7 @@ pub(crate) use key_state::{Drain, Flight, KeyState, Replies};
 pub(crate) use params::SyncedParams;
 use shared::Shared;
 
-use crate::health::StoreHealth;
+use crate::health::{StoreHealth, StoreView};
 use crate::verdict::Reason;
 
 type FastHasher = foldhash::fast::RandomState;
@@ -113,7 +113,14 @@ pub(crate) struct SyncedRule {
     pub keys: HashMap<EcoString, Mutex<KeyState>, FastHasher>,
     /// The [`Shared`] state of the keys that have one; entered only under the key's lock.
     shared: HashMap<EcoString, Mutex<Shared>, FastHasher>,
+    /// Keys that asked for an early sync (each at most once a span), for the next early
+    /// flush; at most [`EARLY_QUEUE_MAX`] (beyond that a key waits for its span's flush).
+    early: Mutex<Vec<EcoString>>,
 }
+
+/// The most keys of one rule waiting for an early sync: a key spray that has every key ask
+/// costs at most this many names (the span's flush takes the rest).
+const EARLY_QUEUE_MAX: usize = 16_384;
 
 fn map<V>(capacity: usize) -> HashMap<EcoString, V, FastHasher> {
     HashMap::builder()
@@ -133,17 +140,19 @@ impl SyncedRule {
             rule_id,
             keys: map(1024),
             shared: map(64),
+            early: Mutex::new(Vec::new()),
         }
     }
 
-    /// Checks a request against the key `key` (an encoded descriptor).
+    /// Checks a request against the key `key` (an encoded descriptor). The third value says
+    /// whether the key just asked for an early sync (it is queued: wake the flusher).
     pub(crate) fn check(
         &self,
         key: &str,
         now: Nanos,
         cost: u64,
-        health: StoreHealth,
-    ) -> (Decision, Option<Reason>) {
+        store: StoreView,
+    ) -> (Decision, Option<Reason>, bool) {
         let guard = self.keys.guard();
         let entry = match self.keys.get(key, &guard) {
             Some(k) => k,
@@ -152,12 +161,72 @@ impl SyncedRule {
                 .get_or_insert_with(EcoString::from(key), Mutex::default, &guard),
         };
         let mut state = entry.lock();
-        if state.has_shared() {
+        let (decision, reason) = if state.has_shared() {
             let shared_guard = self.shared.guard();
             let mut shared = self.lock_shared(&state, key, &shared_guard);
-            return state.check(&self.params, shared.as_deref_mut(), now, cost, health);
+            state.check(&self.params, shared.as_deref_mut(), now, cost, store)
+        } else {
+            state.check(&self.params, None, now, cost, store)
+        };
+        let early = state.take_early_sync() && self.queue_early(key);
+        (decision, reason, early)
+    }
+
+    /// Queues `key` for the next early flush; false when the queue is full.
+    fn queue_early(&self, key: &str) -> bool {
+        let mut queue = self.early.lock();
+        if queue.len() >= EARLY_QUEUE_MAX {
+            return false;
         }
-        state.check(&self.params, None, now, cost, health)
+        queue.push(EcoString::from(key));
+        true
+    }
+
+    /// Takes the counts of the keys that asked for an early sync into `items` (one
+    /// [`PendingFlush`] each in `pending`).
+    pub(crate) fn prepare_early(
+        &self,
+        now: Nanos,
+        node: &Arc<str>,
+        items: &mut Vec<FlushItem>,
+        pending: &mut Vec<PendingFlush>,
+    ) {
+        let names = std::mem::take(&mut *self.early.lock());
+        let p = &self.params;
+        let guard = self.keys.guard();
+        let shared_guard = self.shared.guard();
+        let mut key_buf = String::with_capacity(128);
+        for name in names {
+            let Some(key) = self.keys.get(&name, &guard) else {
+                continue;
+            };
+            let mut state = key.lock();
+            let mut shared = self.lock_shared(&state, &name, &shared_guard);
+            let Drain::Send {
+                flight,
+                entry,
+                first_write,
+            } = state.drain(p, shared.as_deref_mut(), node, now, true)
+            else {
+                continue;
+            };
+            key_buf.clear();
+            sluice_store::CounterKey::write_encoded(&mut key_buf, &self.rule_id, &name);
+            let (carry_item, current_item) = push_items(
+                p,
+                key_buf.as_str().into(),
+                &flight,
+                entry,
+                first_write,
+                items,
+            );
+            pending.push(PendingFlush {
+                name,
+                flight,
+                carry_item,
+                current_item,
+            });
+        }
     }
 
     /// Gives back `amount` for `key`. Counts not yet flushed are taken back exactly; beyond
@@ -194,7 +263,7 @@ impl SyncedRule {
         for (name, key) in self.keys.iter(&guard) {
             let mut state = key.lock();
             let mut shared = self.lock_shared(&state, name, &shared_guard);
-            let drain = state.drain(p, shared.as_deref_mut(), node, now);
+            let drain = state.drain(p, shared.as_deref_mut(), node, now, false);
             let window = state.key_window(p.window_of(now));
             let others = shared
                 .as_deref()
@@ -246,7 +315,7 @@ impl SyncedRule {
         pending: &PendingFlush,
         outcome: impl Fn(usize) -> Option<&'a sluice_store::FlushOutcome>,
         node: &str,
-        now: Nanos,
+        (now, store): (Nanos, StoreView),
     ) -> bool {
         let guard = self.keys.guard();
         let Some(key) = self.keys.get(&pending.name, &guard) else {
@@ -261,7 +330,7 @@ impl SyncedRule {
         let mut state = key.lock();
         if flight.current.is_none() {
             // A flight with only a carry never touches the shared state.
-            return state.absorb(&self.params, &mut None, flight, replies, node, now);
+            return state.absorb(&self.params, &mut None, flight, replies, node, (now, store));
         }
         // The shared state, taken out while the reply is applied (it is only ever touched
         // under the key's lock, which is held) and put back or dropped at the end.
@@ -272,10 +341,18 @@ impl SyncedRule {
             None
         };
         let mut shared: Option<Shared> = slot.map(|x| std::mem::take(&mut *x.lock()));
-        let ok = state.absorb(&self.params, &mut shared, flight, replies, node, now);
-        // Keep the shared state while the key has others or a grace; drop it after.
+        let ok = state.absorb(
+            &self.params,
+            &mut shared,
+            flight,
+            replies,
+            node,
+            (now, store),
+        );
+        // Keep the shared state while the key has others or a grace, or its sharing is not
+        // settled (the instances not listed yet have their share in its budget); drop it after.
         match (shared, slot) {
-            (Some(x), slot) if x.needed(now) => {
+            (Some(x), slot) if x.needed(now) || !state.settled() => {
                 match slot {
                     Some(slot) => *slot.lock() = x,
                     None => {
@@ -307,7 +384,12 @@ impl SyncedRule {
             .flatten()
     }
 
-    pub(crate) fn key_info(&self, key: &str, now: Nanos) -> Option<crate::KeyInfo> {
+    pub(crate) fn key_info(
+        &self,
+        key: &str,
+        now: Nanos,
+        store: StoreView,
+    ) -> Option<crate::KeyInfo> {
         let p = &self.params;
         let guard = self.keys.guard();
         let mut state = self.keys.get(key, &guard)?.lock();
@@ -325,7 +407,17 @@ impl SyncedRule {
             others_read: state.others_read(),
             live_instances: shared.map_or(0, |x| x.live_others(p, now).count()) + 1,
             node_estimate: model::node_estimate(&state),
-            estimate: model::estimate(p, &state, shared, window_start, now, StoreHealth::Answering),
+            estimate: model::estimate(
+                p,
+                &state,
+                shared,
+                window_start,
+                now,
+                (
+                    StoreHealth::Answering,
+                    model::phantoms(p, &state, shared, now, store.fleet),
+                ),
+            ),
             blocked_until: state.blocked_until(p, window_start),
             unflushed: state.unsent(),
         })

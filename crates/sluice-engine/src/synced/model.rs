@@ -36,16 +36,37 @@ pub(crate) fn node_estimate(key: &KeyState) -> u64 {
     u64::from(key.prev_global / key.prev_local).max(1)
 }
 
-/// Predictive estimate of the global count in the key's window at `now`.
+/// Instances that may be counting the key without this one knowing: until whether the key is
+/// shared is settled (two replies to span-boundary flushes, or one listing the whole fleet),
+/// the fleet's instances no reply has listed yet. Instances that flush at the same boundary
+/// as this one are missing from its reply when theirs land after it; each is taken to do what
+/// this instance does (its count, its demand) until a reply shows it.
+pub(crate) fn phantoms(
+    p: &SyncedParams,
+    key: &KeyState,
+    shared: Option<&Shared>,
+    now: Nanos,
+    fleet: u64,
+) -> u64 {
+    if key.settled() || !p.predictive() {
+        return 0;
+    }
+    let parties = fleet.max(p.expected_instances).max(1);
+    let listed = shared.map_or(0, |x| x.live_others(p, now).count() as u64);
+    parties.saturating_sub(1 + listed)
+}
+
+/// Predictive estimate of the global count in the key's window at `now`; `phantoms`
+/// instances nobody listed yet are taken to have counted what this one has.
 pub(crate) fn estimate(
     p: &SyncedParams,
     key: &KeyState,
     shared: Option<&Shared>,
     window_start: Nanos,
     now: Nanos,
-    health: StoreHealth,
+    (health, phantoms): (StoreHealth, u64),
 ) -> f64 {
-    let mut others = 0.0;
+    let mut others = phantoms as f64 * f64::from(key.local);
     if let Some(shared) = shared {
         for o in &shared.others {
             others += f64::from(o.count);
@@ -67,6 +88,25 @@ pub(crate) fn estimate(
     estimate
 }
 
+/// What the global count in the key's window is known to be at least: this instance's count
+/// plus the others' as last read (their entries' counts, or the total), without
+/// extrapolating anyone (and, sliding, the previous window's weight).
+pub(crate) fn known_count(
+    p: &SyncedParams,
+    key: &KeyState,
+    shared: Option<&Shared>,
+    window_start: Nanos,
+    now: Nanos,
+) -> f64 {
+    let listed: f64 = shared.map_or(0.0, |x| x.others.iter().map(|o| f64::from(o.count)).sum());
+    let mut known = f64::from(key.local) + listed.max(f64::from(key.others_read));
+    if p.sliding {
+        let elapsed = now.saturating_sub(window_start).min(p.window_ns);
+        known += f64::from(key.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
+    }
+    known
+}
+
 /// Whether a shared key is far below its limit: the estimate, grown for two more spans at
 /// the key's known demand (this instance's and every live other's), stays under half the
 /// limit. Such a key needs no entries until it nears the limit: the total `INCRBY` returns
@@ -77,12 +117,13 @@ pub(crate) fn far_below(
     shared: &Shared,
     window_start: Nanos,
     now: Nanos,
+    phantoms: u64,
 ) -> bool {
     if shared.in_grace(now) {
         // After an outage the entries are what tells the others' counts on their way.
         return false;
     }
-    let rate = key.demand.per_ns()
+    let rate = key.demand.per_ns() * (1 + phantoms) as f64
         + shared
             .live_others(p, now)
             .map(|o| o.demand.per_ns())
@@ -93,15 +134,23 @@ pub(crate) fn far_below(
         Some(shared),
         window_start,
         now,
-        StoreHealth::Answering,
+        (StoreHealth::Answering, phantoms),
     ) + rate * (2 * p.span_ns) as f64;
     grown < p.limit as f64 / 2.0
 }
 
-/// This instance's share of the key's demand (its demand over all live instances').
-pub(crate) fn share(p: &SyncedParams, key: &KeyState, shared: &Shared, now: Nanos) -> f64 {
+/// This instance's share of the key's demand (its demand over all live instances', the
+/// phantoms' taken as its own).
+pub(crate) fn share(
+    p: &SyncedParams,
+    key: &KeyState,
+    shared: &Shared,
+    now: Nanos,
+    phantoms: u64,
+) -> f64 {
     let rate = key.demand.per_ns();
-    let (mut total, mut live) = (rate, 1.0);
+    let parties = (1 + phantoms) as f64;
+    let (mut total, mut live) = (rate * parties, parties);
     for o in shared.live_others(p, now) {
         total += o.demand.per_ns();
         live += 1.0;
@@ -122,6 +171,7 @@ pub(crate) fn budget(
     shared: &Shared,
     window_start: Nanos,
     now: Nanos,
+    phantoms: u64,
 ) -> Budget {
     let estimate = estimate(
         p,
@@ -129,10 +179,10 @@ pub(crate) fn budget(
         Some(shared),
         window_start,
         now,
-        StoreHealth::Answering,
+        (StoreHealth::Answering, phantoms),
     );
     let room = (p.limit as f64 - estimate).max(0.0);
-    let share = share(p, key, shared, now);
+    let share = share(p, key, shared, now, phantoms);
     Budget {
         // `room` is at most the limit, a 32-bit count (the cast saturates anyway).
         amount: (room * share).floor() as u32,

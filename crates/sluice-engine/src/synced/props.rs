@@ -14,7 +14,7 @@ use super::key_state::{Drain, Flight, KeyState, Replies};
 use super::model;
 use super::params::SyncedParams;
 use super::shared::Shared;
-use crate::health::StoreHealth;
+use crate::health::{StoreHealth, StoreView};
 
 const SECOND: u64 = 1_000_000_000;
 const WINDOW: u64 = 60 * SECOND;
@@ -97,6 +97,8 @@ struct World {
     /// The latest time seen (the clock may go back).
     latest: Nanos,
     health: StoreHealth,
+    /// Instances the store knows of (phantoms come from it).
+    fleet: u64,
     /// Admitted by the key, per window.
     admitted: BTreeMap<u64, u64>,
     /// This instance's counts the store holds, per window.
@@ -121,12 +123,20 @@ impl World {
             now: 1_000 * WINDOW + 7 * SECOND,
             latest: 1_000 * WINDOW + 7 * SECOND,
             health: StoreHealth::Answering,
+            fleet: 1 + other_step % 4,
             admitted: BTreeMap::new(),
             store: BTreeMap::new(),
             landed: BTreeMap::new(),
             flight: None,
             other: BTreeMap::new(),
             other_step,
+        }
+    }
+
+    fn view(&self) -> StoreView {
+        StoreView {
+            health: self.health,
+            fleet: self.fleet,
         }
     }
 
@@ -139,10 +149,10 @@ impl World {
         match *op {
             Op::Check { dt, cost } => {
                 self.now += dt;
-                let health = self.health;
+                let store = self.view();
                 let (d, _) = self
                     .key
-                    .check(&self.p, self.shared.as_mut(), self.now, cost, health);
+                    .check(&self.p, self.shared.as_mut(), self.now, cost, store);
                 if let Decision::Allowed(_) = d {
                     let w = self.key.pending(self.p.window_of(self.now)).0;
                     *self.admitted.entry(w).or_default() += cost;
@@ -151,9 +161,11 @@ impl World {
             Op::Back { dt } => self.now = self.now.saturating_sub(dt),
             Op::Drain { dt } if self.flight.is_none() => {
                 self.now += dt;
-                let drain = self
-                    .key
-                    .drain(&self.p, self.shared.as_mut(), &self.me, self.now);
+                // Odd steps stand for early syncs, even ones for span-boundary flushes.
+                let early = dt % 2 == 1;
+                let drain =
+                    self.key
+                        .drain(&self.p, self.shared.as_mut(), &self.me, self.now, early);
                 if let Drain::Send {
                     flight,
                     entry,
@@ -254,8 +266,15 @@ impl World {
             }
             _ => Replies::default(),
         };
-        self.key
-            .absorb(&self.p, &mut self.shared, &flight, replies, "me", self.now);
+        let store = self.view();
+        self.key.absorb(
+            &self.p,
+            &mut self.shared,
+            &flight,
+            replies,
+            "me",
+            (self.now, store),
+        );
     }
 
     /// Counts are conserved in the key's window and the one before: admitted = in the store +

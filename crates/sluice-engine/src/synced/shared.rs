@@ -87,6 +87,14 @@ pub(crate) struct Shared {
 const _: () = assert!(std::mem::size_of::<(EcoString, Mutex<Shared>)>() == 104);
 
 impl Shared {
+    /// Empty, heard from at `now` (a key whose others are not listed yet).
+    pub(crate) fn heard_at(now: Nanos) -> Self {
+        Self {
+            heard_at: now,
+            ..Self::default()
+        }
+    }
+
     /// Whether another instance's entry is live: one that has not flushed for two spans has
     /// left. Judged now while this instance hears from the store about the key every span;
     /// otherwise as of when it last heard. Between replies an instance cannot know better, so

@@ -7,12 +7,18 @@ use sluice_core::{Decision, Nanos};
 use sluice_store::{FlushOutcome, NodeEntry};
 
 use super::{KeyState, PendingFlush, SyncedParams, SyncedRule};
-use crate::health::StoreHealth::{Answering, Unreachable};
+use crate::health::{StoreHealth, StoreView};
+
+const ANSWERING: StoreView = StoreView::answering(1);
+const UNREACHABLE: StoreView = StoreView {
+    health: StoreHealth::Unreachable,
+    fleet: 1,
+};
 use crate::verdict::Reason;
 
 /// Applies `outcomes` (one per item of the flush) to a key's pending flush.
 fn answer(r: &SyncedRule, p: &PendingFlush, outcomes: &[FlushOutcome], t: Nanos) -> bool {
-    r.apply(p, |i| outcomes.get(i), "me", t)
+    r.apply(p, |i| outcomes.get(i), "me", (t, ANSWERING))
 }
 
 const SECOND: u64 = 1_000_000_000;
@@ -31,7 +37,7 @@ fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
     SyncedRule::new(params, Arc::from("d/user"))
 }
 
-fn allowed(d: &(Decision, Option<Reason>)) -> bool {
+fn allowed(d: &(Decision, Option<Reason>, bool)) -> bool {
     matches!(d.0, Decision::Allowed(_))
 }
 
@@ -52,7 +58,7 @@ fn a_cooldown_that_crosses_the_window_end_keeps_its_time() {
     let t0 = 1_000 * window + 50 * SECOND;
     let mut items = Vec::new();
     let mut pending = Vec::new();
-    assert!(allowed(&r.check("k", t0, 1, Answering)));
+    assert!(allowed(&r.check("k", t0, 1, ANSWERING)));
     r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
     let outcome = FlushOutcome {
         total: 11,
@@ -61,7 +67,7 @@ fn a_cooldown_that_crosses_the_window_end_keeps_its_time() {
     };
     answer(&r, &pending[0], &[outcome], t0);
     // Blocked for 40 s from t0, i.e. 30 s into the next window.
-    let (d, reason) = r.check("k", t0 + 39 * SECOND, 1, Answering);
+    let (d, reason, _) = r.check("k", t0 + 39 * SECOND, 1, ANSWERING);
     assert_eq!(reason, Some(Reason::GlobalBlock));
     let Decision::Denied(denied) = d else {
         panic!("{d:?}")
@@ -72,7 +78,7 @@ fn a_cooldown_that_crosses_the_window_end_keeps_its_time() {
         "k",
         t0 + 40 * SECOND + 1_000,
         1,
-        Answering
+        ANSWERING
     )));
 }
 
@@ -82,16 +88,16 @@ fn a_key_idle_for_years_of_spans_starts_afresh() {
     let r = rule(5, window, 0);
     let t0 = 1_000_000 * window;
     for _ in 0..5 {
-        assert!(allowed(&r.check("k", t0, 1, Answering)));
+        assert!(allowed(&r.check("k", t0, 1, ANSWERING)));
     }
-    assert!(!allowed(&r.check("k", t0, 1, Answering)));
+    assert!(!allowed(&r.check("k", t0, 1, ANSWERING)));
     // 2^16 + 3 windows later (never swept): the span's low bits look the same as before,
     // the window's do not; nothing from the old window counts.
     let later = t0 + ((1 << 16) + 3) * window;
     for _ in 0..5 {
-        assert!(allowed(&r.check("k", later, 1, Answering)));
+        assert!(allowed(&r.check("k", later, 1, ANSWERING)));
     }
-    let info = r.key_info("k", later).unwrap();
+    let info = r.key_info("k", later, ANSWERING).unwrap();
     assert_eq!((info.local, info.unflushed, info.blocked_until), (5, 5, 0));
 }
 
@@ -99,7 +105,7 @@ fn a_key_idle_for_years_of_spans_starts_afresh() {
 fn totals_beyond_32_bits_saturate_and_block() {
     let r = rule(u64::from(u32::MAX), SECOND, 0);
     let t0 = 7 * SECOND;
-    assert!(allowed(&r.check("k", t0, 1, Answering)));
+    assert!(allowed(&r.check("k", t0, 1, ANSWERING)));
     let mut items = Vec::new();
     let mut pending = Vec::new();
     r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
@@ -109,9 +115,9 @@ fn totals_beyond_32_bits_saturate_and_block() {
         entries: Vec::new(),
     };
     assert!(answer(&r, &pending[0], &[outcome], t0));
-    let (_, reason) = r.check("k", t0 + 1, 1, Answering);
+    let (_, reason, _) = r.check("k", t0 + 1, 1, ANSWERING);
     assert_eq!(reason, Some(Reason::GlobalBlock));
-    let info = r.key_info("k", t0 + 1).unwrap();
+    let info = r.key_info("k", t0 + 1, ANSWERING).unwrap();
     assert_eq!(info.others_read, u64::from(u32::MAX));
 }
 
@@ -141,8 +147,8 @@ fn only_shared_keys_have_an_extension_and_only_while_shared() {
         };
         assert!(answer(&r, &pending[0], &[outcome], t));
     };
-    assert!(r.check("alone", t0, 1, Answering).0.is_allowed());
-    assert!(r.check("shared", t0, 1, Answering).0.is_allowed());
+    assert!(r.check("alone", t0, 1, ANSWERING).0.is_allowed());
+    assert!(r.check("shared", t0, 1, ANSWERING).0.is_allowed());
     let (mut items, mut pending) = (Vec::new(), Vec::new());
     r.prepare_flush(t0, &me, &mut items, &mut pending);
     let results: Vec<_> = items
@@ -164,20 +170,29 @@ fn only_shared_keys_have_an_extension_and_only_while_shared() {
         assert!(answer(&r, p, &results, t0));
     }
     assert_eq!(r.shared_len(), 1);
-    assert_eq!(r.key_info("shared", t0).unwrap().live_instances, 2);
-    assert_eq!(r.key_info("alone", t0).unwrap().live_instances, 1);
+    assert_eq!(
+        r.key_info("shared", t0, ANSWERING).unwrap().live_instances,
+        2
+    );
+    assert_eq!(
+        r.key_info("alone", t0, ANSWERING).unwrap().live_instances,
+        1
+    );
     // The other instance stops; three spans later its entry is stale and the extension goes.
     let t1 = t0 + 3 * (window / 4);
     // (Denied: this instance's demand share was 0 at the last reply, but the hit is
     // offered, so the key flushes.)
-    assert!(!r.check("shared", t1, 1, Answering).0.is_allowed());
+    assert!(!r.check("shared", t1, 1, ANSWERING).0.is_allowed());
     flush(
         t1,
         11,
         vec![node_entry("me", 1, t1), node_entry("other", 10, t0)],
     );
     assert_eq!(r.shared_len(), 0);
-    assert_eq!(r.key_info("shared", t1).unwrap().live_instances, 1);
+    assert_eq!(
+        r.key_info("shared", t1, ANSWERING).unwrap().live_instances,
+        1
+    );
 }
 
 #[test]
@@ -190,7 +205,7 @@ fn a_shared_key_far_below_its_limit_sends_only_its_count_until_it_nears_half() {
     let other = |count: u64, at: Nanos| node_entry("other", count, at);
     // One hit, a second later a flush; returns whether it carried this instance's entry.
     let round = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
-        assert!(r.check("k", t - SECOND, 1, Answering).0.is_allowed());
+        assert!(r.check("k", t - SECOND, 1, ANSWERING).0.is_allowed());
         let (mut items, mut pending) = (Vec::new(), Vec::new());
         r.prepare_flush(t, &me, &mut items, &mut pending);
         let sent_entry = items[0].entry.is_some();
@@ -206,11 +221,11 @@ fn a_shared_key_far_below_its_limit_sends_only_its_count_until_it_nears_half() {
     let mine = |count: u64, at: Nanos| node_entry("me", count, at);
     // The key's first flush in the window exchanges entries and finds the other.
     assert!(round(t0, 2, vec![mine(1, t0), other(1, t0)]));
-    assert_eq!(r.key_info("k", t0).unwrap().live_instances, 2);
+    assert_eq!(r.key_info("k", t0, ANSWERING).unwrap().live_instances, 2);
     // Far below 1000 (an estimate of ~18, growing ~30 in two spans): only the count goes;
     // the others become one unlisted group holding what the total shows beyond ours.
     assert!(!round(t0 + span, 40, vec![]));
-    let info = r.key_info("k", t0 + span).unwrap();
+    let info = r.key_info("k", t0 + span, ANSWERING).unwrap();
     assert_eq!((info.others_read, info.live_instances), (38, 2));
     assert!(info.estimate >= 40.0, "{info:?}");
     // Two spans later the total is 600: past half the limit, the next flush exchanges
@@ -219,7 +234,7 @@ fn a_shared_key_far_below_its_limit_sends_only_its_count_until_it_nears_half() {
     assert!(!round(t2, 600, vec![]));
     // The others (597 of it) grew 559 in the two spans since the last reply: they are
     // extrapolated at that recent rate (18.6/s), not at their window average (13/s).
-    let info = r.key_info("k", t2 + 5 * SECOND).unwrap();
+    let info = r.key_info("k", t2 + 5 * SECOND, ANSWERING).unwrap();
     assert!(info.estimate > 685.0, "{info:?}");
     let t3 = t2 + 2 * SECOND;
     assert!(round(t3, 601, vec![mine(4, t3), other(597, t2)]));
@@ -237,7 +252,7 @@ fn an_instance_named_like_the_unlisted_group_is_still_an_instance() {
     let r = rule(1000, window, 0);
     let me: Arc<str> = Arc::from("me");
     let round = |t: Nanos, total: u64, entries: Vec<NodeEntry>| {
-        assert!(r.check("k", t, 1, Answering).0.is_allowed());
+        assert!(r.check("k", t, 1, ANSWERING).0.is_allowed());
         let (mut items, mut pending) = (Vec::new(), Vec::new());
         r.prepare_flush(t, &me, &mut items, &mut pending);
         assert!(
@@ -260,11 +275,11 @@ fn an_instance_named_like_the_unlisted_group_is_still_an_instance() {
             node_entry("(unlisted)", 1, t0 - SECOND),
         ],
     );
-    assert_eq!(r.key_info("k", t0).unwrap().live_instances, 2);
+    assert_eq!(r.key_info("k", t0, ANSWERING).unwrap().live_instances, 2);
     // The next window's first flush, before the other flushed in it: still two.
     let t1 = 101 * window + SECOND;
     round(t1, 1, vec![node_entry("me", 1, t1)]);
-    assert_eq!(r.key_info("k", t1).unwrap().live_instances, 2);
+    assert_eq!(r.key_info("k", t1, ANSWERING).unwrap().live_instances, 2);
 }
 
 #[test]
@@ -273,17 +288,17 @@ fn a_failed_flush_puts_its_counts_back_in_their_windows() {
     let r = rule(100, window, 0);
     let t0 = 50 * window + 9 * SECOND;
     for _ in 0..3 {
-        assert!(r.check("k", t0, 1, Answering).0.is_allowed());
+        assert!(r.check("k", t0, 1, ANSWERING).0.is_allowed());
     }
     let mut items = Vec::new();
     let mut pending = Vec::new();
     r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
-    assert_eq!(r.key_info("k", t0).unwrap().unflushed, 0);
+    assert_eq!(r.key_info("k", t0, ANSWERING).unwrap().unflushed, 0);
     // The reply fails after the window ended: the 3 go to the carry, counted once.
     let t1 = t0 + 2 * SECOND;
-    assert!(r.check("k", t1, 1, Unreachable).0.is_allowed());
-    assert!(!r.apply(&pending[0], |_| None, "me", t1));
-    let info = r.key_info("k", t1).unwrap();
+    assert!(r.check("k", t1, 1, UNREACHABLE).0.is_allowed());
+    assert!(!r.apply(&pending[0], |_| None, "me", (t1, ANSWERING)));
+    let info = r.key_info("k", t1, ANSWERING).unwrap();
     assert_eq!((info.local, info.unflushed), (1, 4));
     items.clear();
     pending.clear();

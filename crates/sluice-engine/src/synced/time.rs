@@ -97,13 +97,16 @@ impl Demand {
     }
 
     /// The moving average with a new sample, `hits` offered over `elapsed` nanoseconds
-    /// (`elapsed` > 0): the sample alone at first, then half each.
-    pub(crate) fn sampled(self, hits: u32, elapsed: u64) -> Self {
+    /// (`elapsed` > 0): the sample alone at first, then a sample over a whole span (a flush
+    /// at each boundary) weighs half, and a shorter one (an early sync) in proportion to its
+    /// length, so that a few hits over a few milliseconds do not pass for a surge.
+    pub(crate) fn sampled(self, hits: u32, elapsed: u64, span_ns: u64) -> Self {
         let sample = f64::from(hits) / elapsed as f64;
         if self.is_none() {
             Demand(sample as f32)
         } else {
-            Demand((0.5 * f64::from(self.0) + 0.5 * sample) as f32)
+            let weight = 0.5 * (elapsed as f64 / span_ns.max(1) as f64).min(1.0);
+            Demand(((1.0 - weight) * f64::from(self.0) + weight * sample) as f32)
         }
     }
 
@@ -142,7 +145,7 @@ mod tests {
 
     #[test]
     fn demand_round_trips_through_the_store_unit() {
-        let d = Demand::default().sampled(3, 1_000_000_000);
+        let d = Demand::default().sampled(3, 1_000_000_000, 1_000_000_000);
         assert_eq!(d.store_milli(), 3_000);
         assert!((Demand::from_store_milli(3_000).per_ns() - 3e-9).abs() < 1e-15);
         assert_eq!(store_ms(nanos_from_store_ms(42)), 42);

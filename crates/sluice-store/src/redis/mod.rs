@@ -25,7 +25,8 @@ use tokio::sync::OnceCell;
 
 use crate::exact::{ExactAlgorithm, ExactRequest};
 use crate::{
-    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, StoreError, StoreFuture,
+    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, Presence, StoreError,
+    StoreFuture,
 };
 use crate::{RedisTarget, StandaloneTarget};
 
@@ -82,6 +83,7 @@ struct Scripts {
     token_bucket: redis::Script,
     sliding_window: redis::Script,
     sliding_log: redis::Script,
+    announce: redis::Script,
 }
 
 impl Scripts {
@@ -91,6 +93,7 @@ impl Scripts {
             token_bucket: redis::Script::new(&scripts::token_bucket()),
             sliding_window: redis::Script::new(&scripts::sliding_window()),
             sliding_log: redis::Script::new(&scripts::sliding_log()),
+            announce: redis::Script::new(&scripts::announce()),
         }
     }
 }
@@ -379,6 +382,26 @@ impl RedisStore {
         parse_exact(key, &reply, request.cost)
     }
 
+    async fn announce_inner(&self, node: &str, live_for: Duration) -> Result<Presence, StoreError> {
+        let mut conn = self.connection().await?;
+        let live_for_ms = u64::try_from(live_for.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let reply: Value = self
+            .scripts
+            .announce
+            .key(crate::FLEET_KEY)
+            .arg(node)
+            .arg(live_for_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        replies::parse_presence(&reply).ok_or_else(|| StoreError::BadReply {
+            key: crate::FLEET_KEY.into(),
+            detail: format!("{reply:?}"),
+        })
+    }
+
     async fn time_inner(&self) -> Result<Nanos, StoreError> {
         let mut conn = self.connection().await?;
         let v: Value = redis::cmd("TIME")
@@ -435,6 +458,16 @@ impl CounterStore for RedisStore {
     fn time(&self) -> StoreFuture<'_, Nanos> {
         Box::pin(async move {
             let r = self.with_timeout(self.time_inner()).await;
+            if let Err(e) = &r {
+                self.on_error(e);
+            }
+            r
+        })
+    }
+
+    fn announce<'a>(&'a self, node: &'a str, live_for: Duration) -> StoreFuture<'a, Presence> {
+        Box::pin(async move {
+            let r = self.with_timeout(self.announce_inner(node, live_for)).await;
             if let Err(e) = &r {
                 self.on_error(e);
             }

@@ -9,7 +9,7 @@ use redis::Value;
 use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
 
 use super::pipeline::ItemPlan;
-use crate::{FlushItem, FlushOutcome, NodeEntry, StoreError};
+use crate::{FlushItem, FlushOutcome, NodeEntry, Presence, StoreError};
 
 fn as_u64(v: &Value) -> Option<u64> {
     match v {
@@ -127,6 +127,24 @@ pub(crate) fn parse_time(v: &Value) -> Option<Nanos> {
     secs.checked_mul(1_000_000_000)?
         .checked_add(micros.checked_mul(1000)?)
 }
+
+/// The announce script's reply: `{live, seconds, microseconds}`. The live count is taken as
+/// at most [`MAX_FLEET`] whatever the store says.
+pub(crate) fn parse_presence(v: &Value) -> Option<Presence> {
+    let Value::Array(parts) = v else { return None };
+    let [live, secs, micros] = parts.as_slice() else {
+        return None;
+    };
+    let live = as_u64(live)?.min(MAX_FLEET);
+    let time = Value::Array(vec![secs.clone(), micros.clone()]);
+    Some(Presence {
+        live,
+        store_time: parse_time(&time)?,
+    })
+}
+
+/// The most instances a fleet is taken to have (a reply claiming more is capped).
+pub(crate) const MAX_FLEET: u64 = 10_000;
 
 pub(crate) fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, StoreError> {
     let bad = |detail: String| StoreError::BadReply {

@@ -164,3 +164,19 @@ return {0, limit - total, w + lag, 0}
 "
     )
 }
+
+/// KEYS: the fleet's sorted set. ARGV: instance id, live_for_ms. Records the instance at the
+/// server's time, drops those not heard from within `live_for_ms`, and returns
+/// `{live instances, seconds, microseconds}` (the server's `TIME`).
+pub fn announce() -> String {
+    r"
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live_for = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], ms, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', ms - live_for))
+redis.call('PEXPIRE', KEYS[1], live_for)
+return {redis.call('ZCARD', KEYS[1]), t[1], t[2]}
+"
+    .to_owned()
+}

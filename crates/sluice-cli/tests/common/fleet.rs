@@ -1,0 +1,271 @@
+//! A fleet of real `sluice serve` processes on one real Redis, and a simulator scenario's
+//! traffic replayed against it in real time, tallied per key and window the way the simulator
+//! tallies its own runs. The real side of `examples/fleet_vs_sim.rs` and of the first-window
+//! test in `tests/fleet.rs`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use sluice_core::{Clock, SystemClock};
+use sluice_testkit::{RedisServer, free_port, wait_until};
+
+/// One `sluice serve` of a fleet.
+pub struct Instance {
+    child: Child,
+    dir: PathBuf,
+    pub http: u16,
+    pub admin: u16,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::env::var_os("SLUICE_KEEP_LOGS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Instance {
+    /// The end of its log (for a failing check).
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default();
+        let start = log.len().saturating_sub(2_000);
+        log[log.floor_char_boundary(start)..].to_owned()
+    }
+}
+
+/// A Redis and `nodes` instances of `bin` serving `rules` (domain `sim`) with `extra` appended
+/// to each `sluice.yaml`.
+pub struct Fleet {
+    pub instances: Vec<Instance>,
+    pub redis: RedisServer,
+}
+
+impl Fleet {
+    pub fn start(bin: &Path, nodes: usize, rules: &str, extra: &str) -> Self {
+        let redis = RedisServer::start();
+        let instances: Vec<Instance> = (0..nodes)
+            .map(|i| {
+                let dir = std::env::temp_dir().join(format!(
+                    "sluice-fleet-{}-{i}-{}",
+                    std::process::id(),
+                    free_port()
+                ));
+                std::fs::create_dir_all(dir.join("rules")).unwrap();
+                std::fs::write(dir.join("rules/sim.yaml"), rules).unwrap();
+                let (http, grpc, admin) = (free_port(), free_port(), free_port());
+                std::fs::write(
+                    dir.join("sluice.yaml"),
+                    format!(
+                        "store: {}\nlisten:\n  http: 127.0.0.1:{http}\n  grpc: 127.0.0.1:{grpc}\n  admin: 127.0.0.1:{admin}\nrules: [rules/]\n{extra}",
+                        redis.url()
+                    ),
+                )
+                .unwrap();
+                let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+                let child = Command::new(bin)
+                    .args(["serve", "--config"])
+                    .arg(dir.join("sluice.yaml"))
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .expect("start sluice serve");
+                Instance {
+                    child,
+                    dir,
+                    http,
+                    admin,
+                }
+            })
+            .collect();
+        for instance in &instances {
+            assert!(
+                wait_until(Duration::from_secs(15), || {
+                    std::net::TcpStream::connect(("127.0.0.1", instance.http)).is_ok()
+                }),
+                "sluice serve did not come up: {}",
+                instance.log_tail()
+            );
+        }
+        Self { instances, redis }
+    }
+
+    pub fn http_ports(&self) -> Vec<u16> {
+        self.instances.iter().map(|i| i.http).collect()
+    }
+
+    pub fn logs(&self) -> String {
+        self.instances
+            .iter()
+            .enumerate()
+            .map(|(i, x)| format!("node-{i}:\n{}", x.log_tail()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// A key's requests in one window (numbered from the replay's start).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Count {
+    pub offered: u64,
+    pub admitted: u64,
+}
+
+/// What a replay saw: per (key, window) offered and admitted, and requests that failed.
+#[derive(Debug, Default)]
+pub struct Replayed {
+    pub counts: BTreeMap<(String, u64), Count>,
+    /// Requests that got neither 200 nor 429 (none expected).
+    pub failed: u64,
+    /// Requests sent later than 20 ms after their time (a busy machine).
+    pub late: u64,
+}
+
+impl Replayed {
+    /// Admitted per window, all keys together.
+    pub fn admitted_by_window(&self, windows: u64) -> Vec<u64> {
+        let mut out = vec![0; windows as usize];
+        for ((_, w), c) in &self.counts {
+            if let Some(slot) = out.get_mut(*w as usize) {
+                *slot += c.admitted;
+            }
+        }
+        out
+    }
+
+    /// Over-admission of each key-window in % of `limit`, split as the simulator's report
+    /// splits it: (first windows, the others). A key's first window is one whose key had no
+    /// request in the window before.
+    pub fn over_pct(&self, limit: u64) -> (Vec<f64>, Vec<f64>) {
+        let (mut first, mut warm) = (Vec::new(), Vec::new());
+        for ((key, w), c) in &self.counts {
+            let pct = c.admitted.saturating_sub(limit) as f64 * 100.0 / limit as f64;
+            let before = w
+                .checked_sub(1)
+                .and_then(|p| self.counts.get(&(key.clone(), p)));
+            if before.is_some_and(|b| b.offered > 0) {
+                warm.push(pct);
+            } else {
+                first.push(pct);
+            }
+        }
+        first.sort_by(f64::total_cmp);
+        warm.sort_by(f64::total_cmp);
+        (first, warm)
+    }
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+async fn connect(port: u16) -> Sender {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.set_nodelay(true).ok();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    sender
+}
+
+/// One `/json` check of `key` at cost `cost`: `Some(allowed)`, `None` on any other answer.
+async fn check(sender: &mut Sender, key: &str, cost: u32) -> Option<bool> {
+    let body = format!(
+        r#"{{"domain":"sim","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}],"hitsAddend":{cost}}}"#
+    );
+    let request = http::Request::builder()
+        .method("POST")
+        .uri("/json")
+        .header("host", "fleet")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .ok()?;
+    sender.ready().await.ok()?;
+    let response = sender.send_request(request).await.ok()?;
+    let status = response.status().as_u16();
+    response.into_body().collect().await.ok()?;
+    match status {
+        200 => Some(true),
+        429 => Some(false),
+        _ => None,
+    }
+}
+
+/// Sends `requests` (times from the start of a window) to `ports` (request `node` goes to
+/// `ports[node]`) in real time, starting at the next window boundary of the wall clock (the
+/// instances' windows are aligned to it, as the simulator's are to its start), and tallies
+/// each request in the window of the moment it was sent.
+pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Duration) -> Replayed {
+    let clock = SystemClock::new();
+    let window_ns = window.as_nanos() as u64;
+    let now = clock.now();
+    let mut start_ns = (now / window_ns + 1) * window_ns;
+    if start_ns - now < 300_000_000 {
+        start_ns += window_ns;
+    }
+    // One pool of keep-alive connections per instance.
+    let pools: Vec<Arc<tokio::sync::Mutex<Vec<Sender>>>> = ports
+        .iter()
+        .map(|_| Arc::new(tokio::sync::Mutex::new(Vec::new())))
+        .collect();
+    for (pool, &port) in pools.iter().zip(ports) {
+        let mut senders = pool.lock().await;
+        for _ in 0..4 {
+            senders.push(connect(port).await);
+        }
+    }
+    tokio::time::sleep(Duration::from_nanos(start_ns.saturating_sub(clock.now()))).await;
+    let base = tokio::time::Instant::now();
+    let base_ns = clock.now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut out = Replayed::default();
+    let mut tally = |(key, sent, answer, late): (String, u64, Option<bool>, bool)| {
+        let window = sent.saturating_sub(start_ns) / window_ns;
+        let count = out.counts.entry((key, window)).or_default();
+        count.offered += 1;
+        match answer {
+            Some(true) => count.admitted += 1,
+            Some(false) => {}
+            None => out.failed += 1,
+        }
+        out.late += u64::from(late);
+    };
+    for r in requests {
+        tokio::time::sleep_until(base + Duration::from_nanos(r.t_ns)).await;
+        let (pool, port) = (pools[r.node].clone(), ports[r.node]);
+        let (key, cost, due) = (r.key.clone(), r.cost, r.t_ns);
+        tasks.spawn(async move {
+            let sent = SystemClock::new().now();
+            let taken = pool.lock().await.pop();
+            let mut sender = match taken {
+                Some(s) => s,
+                None => connect(port).await,
+            };
+            let answer = check(&mut sender, &key, cost).await;
+            if answer.is_some() {
+                pool.lock().await.push(sender);
+            }
+            let late = sent.saturating_sub(base_ns) > due + 20_000_000;
+            (key, sent, answer, late)
+        });
+        while let Some(done) = tasks.try_join_next() {
+            tally(done.expect("request task"));
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        tally(done.expect("request task"));
+    }
+    out
+}
