@@ -367,6 +367,16 @@ impl Engine {
         self.flusher.flush(&self.table, Due::Early).await
     }
 
+    /// Announces this instance to the store now and learns how many use it
+    /// ([`Engine::fleet_size`]); the flush loop does this at its start, then every second until
+    /// the count is steady, then every 30 s. An instance counts as live for 90 s after its last
+    /// announcement.
+    pub async fn announce(&self) {
+        if self.table.has_synced() {
+            self.flusher.announce().await;
+        }
+    }
+
     /// Whether keys wait for an early sync ([`Engine::flush_early`]).
     pub fn early_sync_wanted(&self) -> bool {
         self.flusher.early_sync_wanted()

@@ -246,6 +246,16 @@ fn simulate(
             )
         })
         .collect();
+    // The nodes that start with the run have been up for a moment, as a fleet usually has:
+    // each has announced itself and heard how many there are (two rounds, so that the first
+    // to announce hears of the others too).
+    for _ in 0..2 {
+        for (i, engine) in engines.iter().enumerate() {
+            if s.nodes.join_s.get(i).copied().unwrap_or(0) == 0 {
+                ready(engine.announce());
+            }
+        }
+    }
     let mut timers: Vec<NodeTimer<'_>> = (0..s.nodes.count)
         .map(|i| NodeTimer {
             next: s.nodes.join_s.get(i).copied().unwrap_or(0) * NS,
@@ -377,6 +387,10 @@ fn simulate(
                 });
             }
             let node = &mut timers[i];
+            if node.early.is_none() && engines[i].early_sync_wanted() {
+                // A flush reply asked for an early sync (`run_flush_loop` wakes at once).
+                node.early = Some(x + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64);
+            }
             node.next = if node.inflight.is_some() || (leaving && !node.gone) {
                 x + POLL_NS
             } else {

@@ -83,9 +83,10 @@ pub(crate) struct Flusher {
     exact_timeout: Option<std::time::Duration>,
     /// Instances live on the store as the last announcement found them (0: not known yet).
     fleet: AtomicU64,
-    /// When this instance last announced itself (raw local time), and how many times.
+    /// When this instance last announced itself (raw local time), and whether the last two
+    /// answers agreed on the fleet's size.
     last_announce: AtomicU64,
-    announcements: AtomicU64,
+    fleet_steady: std::sync::atomic::AtomicBool,
     /// Keys asked for an early sync since the last early flush; wakes the flush loop.
     early_wanted: std::sync::atomic::AtomicBool,
     early_wake: tokio::sync::Notify,
@@ -94,12 +95,11 @@ pub(crate) struct Flusher {
 /// Nanoseconds between probes of an idle store.
 const PROBE_EVERY_NS: u64 = 1_000_000_000;
 
-/// How often an instance announces itself to the store: every second for its first
-/// [`QUICK_ANNOUNCEMENTS`] (a fleet that starts together learns its size at once), then every
-/// 15 s; an instance not heard from for [`LIVE_FOR`] has left.
-const ANNOUNCE_EVERY_NS: u64 = 15_000_000_000;
-const QUICK_ANNOUNCEMENTS: u64 = 10;
-const LIVE_FOR: std::time::Duration = std::time::Duration::from_secs(45);
+/// How often an instance announces itself to the store: every second until two answers in a
+/// row agree on the fleet's size (a fleet that starts together learns its size at once), then
+/// every 30 s; an instance not heard from for [`LIVE_FOR`] has left.
+const ANNOUNCE_EVERY_NS: u64 = 30_000_000_000;
+const LIVE_FOR: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// Counts a store error in `sluice_store_errors_total` (flushes, probes and exact mode alike).
 pub(crate) fn count_store_error(e: &StoreError) {
@@ -132,7 +132,7 @@ impl Flusher {
             exact_timeout: exact_budget_timer.then_some(exact.timeout),
             fleet: AtomicU64::new(0),
             last_announce: AtomicU64::new(0),
-            announcements: AtomicU64::new(0),
+            fleet_steady: std::sync::atomic::AtomicBool::new(false),
             early_wanted: std::sync::atomic::AtomicBool::new(false),
             early_wake: tokio::sync::Notify::new(),
         }
@@ -175,21 +175,28 @@ impl Flusher {
     async fn announce_if_due(&self, table: &RuleTable) {
         let raw_now = self.clock.now();
         let last = self.last_announce.load(Ordering::Relaxed);
-        let count = self.announcements.load(Ordering::Relaxed);
-        let every = if count < QUICK_ANNOUNCEMENTS {
-            PROBE_EVERY_NS
-        } else {
+        let every = if self.fleet_steady.load(Ordering::Relaxed) {
             ANNOUNCE_EVERY_NS
+        } else {
+            PROBE_EVERY_NS
         };
-        if !table.has_synced() || (count > 0 && raw_now.saturating_sub(last) < every) {
+        if !table.has_synced() || (last > 0 && raw_now.saturating_sub(last) < every) {
             return;
         }
-        self.last_announce.store(raw_now, Ordering::Relaxed);
+        self.announce().await;
+    }
+
+    /// Announces this instance to the store now: the store answers with the instances live
+    /// (kept for [`Flusher::view`]) and its clock.
+    pub(crate) async fn announce(&self) {
+        let raw_now = self.clock.now();
+        self.last_announce.store(raw_now.max(1), Ordering::Relaxed);
         match self.store.announce(&self.node, LIVE_FOR).await {
             Ok(presence) => {
-                self.announcements.fetch_add(1, Ordering::Relaxed);
                 self.observe_store_time(raw_now, self.clock.now(), presence.store_time);
-                self.fleet.store(presence.live, Ordering::Relaxed);
+                let before = self.fleet.swap(presence.live, Ordering::Relaxed);
+                self.fleet_steady
+                    .store(before == presence.live, Ordering::Relaxed);
                 gauge!("sluice_fleet_instances").set(presence.live as f64);
             }
             Err(e) => count_store_error(&e),
@@ -346,6 +353,12 @@ impl Flusher {
                         .filter(|(synced, p)| !synced.apply(p, outcome, &self.node, (now, view)))
                         .count()
                 });
+                if pending
+                    .iter()
+                    .any(|(synced, _)| synced.take_early_from_reply())
+                {
+                    self.wake_early_sync();
+                }
                 counter!("sluice_flushes_total", "result" => "ok").increment(1);
             }
             Err(e) => {

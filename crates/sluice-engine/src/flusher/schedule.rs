@@ -23,6 +23,7 @@ pub async fn run_flush_loop(
     shutdown: impl Future<Output = ()>,
 ) -> crate::FlushReport {
     let mut shutdown = std::pin::pin!(shutdown);
+    current().announce().await;
     loop {
         let engine = current();
         let tick = engine

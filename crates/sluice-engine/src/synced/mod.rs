@@ -116,6 +116,8 @@ pub(crate) struct SyncedRule {
     /// Keys that asked for an early sync (each at most once a span), for the next early
     /// flush; at most [`EARLY_QUEUE_MAX`] (beyond that a key waits for its span's flush).
     early: Mutex<Vec<EcoString>>,
+    /// A flush reply queued a key for an early sync (the flusher wakes its loop).
+    early_from_reply: std::sync::atomic::AtomicBool,
 }
 
 /// The most keys of one rule waiting for an early sync: a key spray that has every key ask
@@ -141,6 +143,7 @@ impl SyncedRule {
             keys: map(1024),
             shared: map(64),
             early: Mutex::new(Vec::new()),
+            early_from_reply: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -180,6 +183,12 @@ impl SyncedRule {
         }
         queue.push(EcoString::from(key));
         true
+    }
+
+    /// Whether a flush reply queued a key for an early sync since the last call.
+    pub(crate) fn take_early_from_reply(&self) -> bool {
+        self.early_from_reply
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Takes the counts of the keys that asked for an early sync into `items` (one
@@ -349,6 +358,10 @@ impl SyncedRule {
             node,
             (now, store),
         );
+        if state.take_early_sync() && self.queue_early(&pending.name) {
+            self.early_from_reply
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         // Keep the shared state while the key has others or a grace, or its sharing is not
         // settled (the instances not listed yet have their share in its budget); drop it after.
         match (shared, slot) {

@@ -88,25 +88,6 @@ pub(crate) fn estimate(
     estimate
 }
 
-/// What the global count in the key's window is known to be at least: this instance's count
-/// plus the others' as last read (their entries' counts, or the total), without
-/// extrapolating anyone (and, sliding, the previous window's weight).
-pub(crate) fn known_count(
-    p: &SyncedParams,
-    key: &KeyState,
-    shared: Option<&Shared>,
-    window_start: Nanos,
-    now: Nanos,
-) -> f64 {
-    let listed: f64 = shared.map_or(0.0, |x| x.others.iter().map(|o| f64::from(o.count)).sum());
-    let mut known = f64::from(key.local) + listed.max(f64::from(key.others_read));
-    if p.sliding {
-        let elapsed = now.saturating_sub(window_start).min(p.window_ns);
-        known += f64::from(key.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
-    }
-    known
-}
-
 /// Whether a shared key is far below its limit: the estimate, grown for two more spans at
 /// the key's known demand (this instance's and every live other's), stays under half the
 /// limit. Such a key needs no entries until it nears the limit: the total `INCRBY` returns

@@ -127,6 +127,35 @@ impl Shared {
         !self.others.is_empty() || self.in_grace(now)
     }
 
+    /// A reply that read the window total without entries (an early sync): the others
+    /// together hold `others_total` at `now`. Their counts since their entries (what the
+    /// total holds beyond the listed counts) go to the live ones in proportion to their
+    /// demand, and their entries count as of now, so that nobody is extrapolated twice.
+    pub(crate) fn rebase(&mut self, p: &SyncedParams, others_total: u64, now: Nanos) {
+        let live: Vec<usize> = (0..self.others.len())
+            .filter(|&i| self.live(p, &self.others[i], now))
+            .collect();
+        let listed: u64 = self.others.iter().map(|o| u64::from(o.count)).sum();
+        let (Some(extra), false) = (others_total.checked_sub(listed), live.is_empty()) else {
+            return;
+        };
+        let rates: f64 = live.iter().map(|&i| self.others[i].demand.per_ns()).sum();
+        let mut left = extra;
+        for (n, &i) in live.iter().enumerate() {
+            let o = &mut self.others[i];
+            let part = if n + 1 == live.len() {
+                left
+            } else if rates > 0.0 {
+                ((extra as f64 * o.demand.per_ns() / rates) as u64).min(left)
+            } else {
+                (extra / live.len() as u64).min(left)
+            };
+            left -= part;
+            o.count = u32::try_from(u64::from(o.count) + part).unwrap_or(u32::MAX);
+            o.at = now;
+        }
+    }
+
     /// A new window: each instance's demand carries into it (at the start of a window the
     /// others' demand from the previous window is used), their counts start over.
     pub(crate) fn roll(&mut self, window_start: Nanos) {
