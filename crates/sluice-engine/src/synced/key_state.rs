@@ -309,7 +309,7 @@ impl KeyState {
             };
             return (denied(retry), Some(Reason::Fallback));
         }
-        let used = match self.room_for(p, shared.as_deref_mut(), window_start, now, cost, store) {
+        let used = match self.room_for(p, shared, window_start, now, cost, store) {
             Ok(used) => used,
             Err(Refusal::Limit) => return (denied(reset_after), Some(Reason::Estimate)),
             // The budget is set again at the next reply: the span's flush.
