@@ -186,6 +186,30 @@ pub enum Traffic {
         #[serde(default)]
         prefix: Option<String>,
     },
+    /// Users that come and go (per-user limits with user churn): new users arrive at
+    /// `users_per_s` (Poisson), each sends `rate` requests per second for `lifetime_s`, spread
+    /// over the live nodes by `weights`. Each user is a key of its own (`{prefix}-{n}`), so
+    /// every user starts cold.
+    Churn {
+        /// New users per second.
+        users_per_s: f64,
+        /// Requests per second of one user.
+        rate: f64,
+        /// How long a user sends, seconds.
+        lifetime_s: f64,
+        /// Share of each node.
+        #[serde(default)]
+        weights: Vec<f64>,
+        /// From, seconds.
+        #[serde(default)]
+        start_s: u64,
+        /// Until, seconds (no user arrives after; default: the end).
+        #[serde(default)]
+        end_s: Option<u64>,
+        /// Key name prefix.
+        #[serde(default)]
+        prefix: Option<String>,
+    },
     /// Replays a JSON-lines file of requests, one object per line:
     /// `{"t_ms": <int>, "node": <int>, "key": "<string>", "cost": <int, optional>}`.
     /// The path is relative to the scenario file.
@@ -443,6 +467,21 @@ impl Scenario {
                         && keys_ok(*keys)
                         && weights_ok(weights),
                     "diurnal needs 0 <= min_rate <= max_rate <= 1e7, period_s > 0, 1 <= keys <= 1e8 and, if given, one weight per node",
+                ),
+                Traffic::Churn {
+                    users_per_s,
+                    rate,
+                    lifetime_s,
+                    weights,
+                    ..
+                } => (
+                    rate_ok(*rate)
+                        && (0.0..=1e4).contains(users_per_s)
+                        && users_per_s * raw.duration_s.value as f64 <= 1e6
+                        && (0.0..=86_400.0).contains(lifetime_s)
+                        && *lifetime_s > 0.0
+                        && weights_ok(weights),
+                    "churn needs 0 <= rate <= 1e7, 0 <= users_per_s <= 1e4 with at most 1e6 users in the run, 0 < lifetime_s <= 86400 and, if given, one weight per node",
                 ),
                 Traffic::Trace { file } => {
                     (!file.is_empty(), "trace.file must name a JSON-lines file")

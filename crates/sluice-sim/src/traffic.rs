@@ -315,6 +315,29 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                     }
                 });
             }
+            Traffic::Churn {
+                users_per_s,
+                rate,
+                lifetime_s,
+                weights,
+                start_s,
+                end_s,
+                prefix,
+            } if *users_per_s > 0.0 && *rate > 0.0 => {
+                let (start, end) = window(*start_s, *end_s);
+                let prefix = prefix.as_deref().unwrap_or("user");
+                let lifetime = (lifetime_s * 1e9) as u64;
+                let mut arrivals = Vec::new();
+                poisson(&mut rng, *users_per_s, start, end, |_, t| arrivals.push(t));
+                for (n, arrived) in arrivals.into_iter().enumerate() {
+                    let id = keys.intern(&format!("{prefix}-{n}"));
+                    let stop = arrived.saturating_add(lifetime).min(duration);
+                    poisson(&mut rng, *rate, arrived, stop, |rng, t| {
+                        let node = pick(rng, live.at(t), weights);
+                        push(t, node, id);
+                    });
+                }
+            }
             Traffic::Trace { .. } => {
                 for e in traces.next().map(Vec::as_slice).unwrap_or_default() {
                     let t = e.t_ms.saturating_mul(1_000_000);

@@ -43,6 +43,9 @@ bitflags::bitflags! {
         /// A reply to a span-boundary flush with entries has come (one: while the instances
         /// that flushed at the same boundary may not be in it yet).
         const BOUNDARY_REPLY = 1 << 5;
+        /// The key's demand has been sampled (or its opening hit set aside) once: its demand
+        /// interval no longer opens with a hit.
+        const SAMPLED = 1 << 6;
     }
 }
 

@@ -477,11 +477,20 @@ impl KeyState {
                 && now >= self.blocked_until(p, window_start);
             return if idle { Drain::Idle } else { Drain::Quiet };
         }
+        // The first interval opens with the key's first hit, which is not part of the rate:
+        // it is set aside, and a single hit (an early sync right after a cold key's first
+        // request) tells no rate yet: the next interval starts here.
         let timeline = p.timeline();
         let elapsed = now.saturating_sub(timeline.at(window_start, self.demand_at));
-        if elapsed > 0 {
-            self.demand = self.demand.sampled(self.offered, elapsed, p.span_ns);
+        let hits = if self.activity.contains(Activity::SAMPLED) {
+            Some(self.offered)
+        } else {
+            self.offered.checked_sub(1).filter(|&h| h > 0)
+        };
+        if let (Some(hits), true) = (hits, elapsed > 0) {
+            self.demand = self.demand.sampled(hits, elapsed, p.span_ns);
         }
+        self.activity.insert(Activity::SAMPLED);
         self.offered = 0;
         self.demand_at = timeline.stamp(window_start, now);
         // An early sync of a settled key only reads the total: its entries are current.

@@ -200,7 +200,10 @@ impl SyncedRule {
         items: &mut Vec<FlushItem>,
         pending: &mut Vec<PendingFlush>,
     ) {
-        let names = std::mem::take(&mut *self.early.lock());
+        let mut names = std::mem::take(&mut *self.early.lock());
+        // A key can ask twice between two early flushes (a request, then a reply).
+        names.sort_unstable();
+        names.dedup();
         let p = &self.params;
         let guard = self.keys.guard();
         let shared_guard = self.shared.guard();

@@ -120,8 +120,11 @@ pub(crate) fn far_below(
     grown < p.limit as f64 / 2.0
 }
 
-/// This instance's share of the key's demand (its demand over all live instances', the
-/// phantoms' taken as its own).
+/// This instance's share of the key's demand: its demand over all live instances', the
+/// phantoms' taken as its own. A demand not known yet (a single hit so far) is taken to be
+/// like the others': this instance's for another instance, the average of the known ones for
+/// this instance (an even split when none is known), so that nobody takes the whole room, or
+/// none of it, for want of a rate.
 pub(crate) fn share(
     p: &SyncedParams,
     key: &KeyState,
@@ -129,18 +132,18 @@ pub(crate) fn share(
     now: Nanos,
     phantoms: u64,
 ) -> f64 {
-    let rate = key.demand.per_ns();
-    let parties = (1 + phantoms) as f64;
-    let (mut total, mut live) = (rate * parties, parties);
-    for o in shared.live_others(p, now) {
-        total += o.demand.per_ns();
-        live += 1.0;
-    }
-    if total > 0.0 {
-        (rate / total).clamp(0.0, 1.0)
-    } else {
-        1.0 / live
-    }
+    let known = |d: super::time::Demand| (!d.is_none()).then(|| d.per_ns());
+    let others: Vec<Option<f64>> = shared
+        .live_others(p, now)
+        .map(|o| known(o.demand))
+        .collect();
+    let (sum, n) = others
+        .iter()
+        .flatten()
+        .fold((0.0, 0.0), |(sum, n), r| (sum + r, n + 1.0));
+    let own = known(key.demand).unwrap_or(if n > 0.0 { sum / n } else { 1.0 });
+    let total = own * (1 + phantoms) as f64 + others.iter().map(|r| r.unwrap_or(own)).sum::<f64>();
+    (own / total).clamp(0.0, 1.0)
 }
 
 /// This instance's budget until its next flush reply: its share of the room the estimate

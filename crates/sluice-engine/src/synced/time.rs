@@ -97,9 +97,8 @@ impl Demand {
     }
 
     /// The moving average with a new sample, `hits` offered over `elapsed` nanoseconds
-    /// (`elapsed` > 0): the sample alone at first, then a sample over a whole span (a flush
-    /// at each boundary) weighs half, and a shorter one (an early sync) in proportion to its
-    /// length, so that a few hits over a few milliseconds do not pass for a surge.
+    /// (`elapsed` > 0): the sample alone at first, then a sample over a whole span weighs
+    /// half, and a shorter one (a key first seen late in a span) in proportion to its length.
     pub(crate) fn sampled(self, hits: u32, elapsed: u64, span_ns: u64) -> Self {
         let sample = f64::from(hits) / elapsed as f64;
         if self.is_none() {
