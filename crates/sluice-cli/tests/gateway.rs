@@ -130,11 +130,11 @@ async fn three_gateways_one_redis_and_a_redis_outage() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    // Window 0 is a cold key's first window, whose overshoot is a known open problem (up to
-    // +57% measured with real processes; docs/SYNCED.md): held to +50% here, so a regression
-    // still fails, while the warm windows after it keep the tight bound.
+    // Window 0 is a cold key's first window: it keeps the bound of the others (the instances
+    // know the fleet's size from the store, sync early once a span's cold share is spent,
+    // and take instances a reply does not list yet as counting like themselves).
     for (w, count) in admitted.iter().enumerate().take(3) {
-        let most = if w == 0 { 45 } else { 36 };
+        let most = 36;
         assert!(
             *count <= most && *count >= 24,
             "window {w} with Redis up: {count} admitted of 30 (at most {most}); the gateways logged:\n{}",
