@@ -62,7 +62,7 @@ pub struct NodeSpec {
     #[serde(default)]
     pub leave_s: Vec<Option<u64>>,
     /// The instance count the engines are configured with (`expected_instances`; the seed's
-    /// `N`); default `count`.
+    /// `N`, a floor: the engines learn the fleet's size from the store); default 1.
     #[serde(default)]
     pub expected: Option<u64>,
 }
