@@ -9,7 +9,7 @@ use redis::Value;
 use crate::StoreError;
 use crate::redis::slots::parse_slots;
 use crate::redis::{
-    NodeNames, flush_pipeline, map_server_error, parse_exact, parse_time, read_item,
+    NodeNames, flush_pipeline, map_server_error, parse_exact, parse_presence, parse_time, read_item,
 };
 use crate::{FlushItem, NodeEntry};
 
@@ -21,6 +21,7 @@ pub fn decode_replies(resp: &[u8]) {
         return;
     };
     let _ = parse_time(&reply);
+    let _ = parse_presence(&reply);
     let _ = parse_exact("fuzz", &reply, 3);
     let _ = parse_slots(&reply);
     // The reply as a whole pipeline's replies, read back for items with and without entries.

@@ -11,7 +11,7 @@ pub(crate) mod slots;
 pub(crate) use errors::{map_error, map_server_error};
 pub(crate) use pipeline::flush_pipeline;
 pub use pipeline::packed_flush;
-pub(crate) use replies::{NodeNames, parse_exact, parse_time, read_item};
+pub(crate) use replies::{NodeNames, parse_exact, parse_presence, parse_time, read_item};
 
 use backend::{Backend, ClusterBackend, Conn, SentinelBackend};
 
@@ -396,7 +396,7 @@ impl RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| map_error(&e))?;
-        replies::parse_presence(&reply).ok_or_else(|| StoreError::BadReply {
+        parse_presence(&reply).ok_or_else(|| StoreError::BadReply {
             key: crate::FLEET_KEY.into(),
             detail: format!("{reply:?}"),
         })

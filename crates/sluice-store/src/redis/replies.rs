@@ -187,6 +187,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_presence_reply_is_read_capped_and_anything_else_refused() {
+        let reply = |live: i64| {
+            Value::Array(vec![
+                Value::Int(live),
+                Value::BulkString(b"1700000000".to_vec()),
+                Value::BulkString(b"250000".to_vec()),
+            ])
+        };
+        let p = parse_presence(&reply(3)).unwrap();
+        assert_eq!(p.live, 3);
+        assert_eq!(p.store_time, 1_700_000_000_250_000_000);
+        assert_eq!(parse_presence(&reply(1 << 40)).unwrap().live, MAX_FLEET);
+        assert!(parse_presence(&reply(-1)).is_none());
+        assert!(parse_presence(&Value::Array(vec![Value::Int(3)])).is_none());
+        assert!(parse_presence(&Value::Int(3)).is_none());
+    }
+
+    #[test]
     fn entries_share_the_instance_names_of_one_flush_and_odd_ones_are_skipped() {
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
         let reply = |others: &str| {
