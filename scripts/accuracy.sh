@@ -4,9 +4,9 @@
 set -eu
 out=${1:-target/accuracy}
 cargo build --release -q -p sluice-cli
-for f in examples/scenarios/*.yaml examples/scenarios/first-window/*.yaml; do
+for f in examples/scenarios/*.yaml examples/scenarios/first-window/*.yaml examples/scenarios/long/store-load.yaml; do
     name=$(basename "$f" .yaml)
-    case $f in */first-window/*) name="first-window/$name" ;; esac
+    case $f in */first-window/*) name="first-window/$name" ;; */long/*) name="long/$name" ;; esac
     echo "### $name"
     echo
     echo "\`$f\`: $(sed -n '/^#/!q; s/^# //p' "$f" | tr '\n' ' ')"

@@ -14,8 +14,8 @@ use sluice_core::Decision;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_store::{
-    CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, MemoryStore, RedisStore,
-    RedisStoreOptions, StoreFuture,
+    CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, FlushTime, MemoryStore,
+    RedisStore, RedisStoreOptions, StoreFuture,
 };
 
 fn rss_bytes() -> u64 {
@@ -241,16 +241,17 @@ struct Recording {
 }
 
 impl CounterStore for Recording {
-    fn flush<'a>(
+    fn flush_timed<'a>(
         &'a self,
         items: &'a [FlushItem],
         receipt: Option<&'a FlushReceipt>,
+        time: FlushTime,
     ) -> StoreFuture<'a, FlushReply> {
         let start = quanta::Instant::now();
         *self.last.lock().unwrap() = (items.to_vec(), receipt.cloned());
         self.copy_ns
             .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        self.inner.flush(items, receipt)
+        self.inner.flush_timed(items, receipt, time)
     }
 
     fn landed<'a>(

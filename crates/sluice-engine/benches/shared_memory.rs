@@ -16,8 +16,8 @@ use common::now_or_never;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_store::{
-    CounterStore, ExactRequest, FlushItem, FlushOutcome, FlushReceipt, FlushReply, MemoryStore,
-    StoreFuture,
+    CounterStore, ExactRequest, FlushItem, FlushOutcome, FlushReceipt, FlushReply, FlushTime,
+    MemoryStore, StoreFuture,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
@@ -29,10 +29,11 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 struct Mirror(MemoryStore);
 
 impl CounterStore for Mirror {
-    fn flush<'a>(
+    fn flush_timed<'a>(
         &'a self,
         items: &'a [FlushItem],
         _receipt: Option<&'a FlushReceipt>,
+        _time: FlushTime,
     ) -> StoreFuture<'a, FlushReply> {
         Box::pin(async move {
             let other: Arc<str> = Arc::from("other");

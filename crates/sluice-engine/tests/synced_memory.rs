@@ -8,8 +8,8 @@ use std::sync::Arc;
 use common::*;
 use sluice_core::{Decision, ManualClock};
 use sluice_store::{
-    CounterKey, CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, MemoryStore,
-    StoreFuture,
+    CounterKey, CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, FlushTime,
+    MemoryStore, StoreFuture,
 };
 
 /// Even traffic at `rate_factor` x the limit over `nodes` instances for `windows` windows.
@@ -276,10 +276,11 @@ impl TwoNodes {
 }
 
 impl CounterStore for TwoNodes {
-    fn flush<'a>(
+    fn flush_timed<'a>(
         &'a self,
         items: &'a [FlushItem],
         receipt: Option<&'a FlushReceipt>,
+        time: FlushTime,
     ) -> StoreFuture<'a, FlushReply> {
         Box::pin(async move {
             let mut reply = FlushReply {
@@ -291,7 +292,7 @@ impl CounterStore for TwoNodes {
                 if mine.is_empty() {
                     continue;
                 }
-                let part = node.flush(&mine, receipt).await?;
+                let part = node.flush_timed(&mine, receipt, time).await?;
                 reply.round_trips += 1;
                 reply.store_time = part.store_time;
                 for (i, r) in at.into_iter().zip(part.results) {

@@ -183,15 +183,37 @@ pub struct Presence {
 /// announcement in milliseconds of the store's clock).
 pub const FLEET_KEY: &str = "sluice:v1:fleet";
 
+/// Whether a flush also reads the store's clock (one `TIME` on Redis). A flush that needs no
+/// new clock reading (an early sync moments after a span's flush) skips it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlushTime {
+    /// Read it: the reply carries the store's time.
+    #[default]
+    Read,
+    /// Do not: the reply's store time is `None`.
+    Skip,
+}
+
 /// The shared store of counters.
 pub trait CounterStore: Send + Sync + 'static {
     /// Applies a batch of counts: one pipeline per store node. With a receipt, each pipeline
-    /// ends by writing its marker (see [`FlushReceipt`]).
+    /// ends by writing its marker (see [`FlushReceipt`]). With [`FlushTime::Read`] the reply
+    /// carries the store's clock ([`FlushReply::store_time`]).
+    fn flush_timed<'a>(
+        &'a self,
+        items: &'a [FlushItem],
+        receipt: Option<&'a FlushReceipt>,
+        time: FlushTime,
+    ) -> StoreFuture<'a, FlushReply>;
+
+    /// [`CounterStore::flush_timed`] that reads the store's clock too.
     fn flush<'a>(
         &'a self,
         items: &'a [FlushItem],
         receipt: Option<&'a FlushReceipt>,
-    ) -> StoreFuture<'a, FlushReply>;
+    ) -> StoreFuture<'a, FlushReply> {
+        self.flush_timed(items, receipt, FlushTime::Read)
+    }
 
     /// Settles a flush under `receipt` whose outcome was unknown: per item, whether the
     /// pipeline that carried it was applied (its marker is there), or `None` when the node that

@@ -9,8 +9,8 @@ use sluice_core::{Clock, Decision, Nanos, duration_to_nanos};
 
 use crate::exact::{ExactRequest, ExactStateHandle, decide_in_memory};
 use crate::{
-    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, NodeEntry, Presence,
-    StoreError, StoreFuture,
+    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, FlushTime, NodeEntry,
+    Presence, StoreError, StoreFuture,
 };
 
 #[derive(Default)]
@@ -271,17 +271,21 @@ impl MemoryStore {
 }
 
 impl CounterStore for MemoryStore {
-    fn flush<'a>(
+    fn flush_timed<'a>(
         &'a self,
         items: &'a [FlushItem],
         receipt: Option<&'a FlushReceipt>,
+        time: FlushTime,
     ) -> StoreFuture<'a, FlushReply> {
         Box::pin(self.round_trip(move || {
-            let commands = 1
+            let commands = u64::from(time == FlushTime::Read)
                 + u64::from(receipt.is_some() && !items.is_empty())
                 + items.iter().map(FlushItem::redis_commands).sum::<u64>();
             self.commands.fetch_add(commands, Ordering::Relaxed);
-            let reply = self.flush_now(items, receipt);
+            let mut reply = self.flush_now(items, receipt);
+            if time == FlushTime::Skip {
+                reply.store_time = None;
+            }
             if self.replies_lost.load(Ordering::Relaxed) {
                 return Err(StoreError::Timeout(Duration::ZERO));
             }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use sluice_core::Decision;
 use sluice_store::{
-    CounterKey, CounterStore, ExactAlgorithm, ExactRequest, FlushItem, FlushReceipt, NodeEntry,
-    StoreError, decide_in_memory,
+    CounterKey, CounterStore, ExactAlgorithm, ExactRequest, FlushItem, FlushReceipt, FlushTime,
+    NodeEntry, StoreError, decide_in_memory,
 };
 
 /// A flush item for `key` in `window` (TTL 120 s, first write, previous total asked), with an
@@ -86,6 +86,24 @@ pub async fn flush_semantics(store: &dyn CounterStore, prefix: &str) {
     assert_eq!(
         nodes,
         [("node-a".to_owned(), 8), ("node-b".to_owned(), 1)],
+        "{}",
+        store.describe()
+    );
+    // A flush that skips the store's clock still counts and reads; its reply has no time.
+    let reply = store
+        .flush_timed(
+            &[item(&k, 10, 1, Some(("node-a", 9)))],
+            None,
+            FlushTime::Skip,
+        )
+        .await
+        .expect("flush without TIME");
+    assert_eq!(
+        (
+            reply.results[0].as_ref().expect("item").total,
+            reply.store_time
+        ),
+        (9, None),
         "{}",
         store.describe()
     );

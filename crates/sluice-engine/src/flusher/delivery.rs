@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use metrics::counter;
 use sluice_core::{Clock, Nanos};
-use sluice_store::{CounterStore, FlushItem, FlushOutcome, FlushReceipt, StoreError};
+use sluice_store::{CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushTime, StoreError};
 
 use super::spill::{Spill, SpilledCount, SpilledDoubt};
 
@@ -177,7 +177,7 @@ impl Delivery {
         &mut self,
         store: &dyn CounterStore,
         owner: &Arc<str>,
-        items: &mut [FlushItem],
+        (items, time): (&mut [FlushItem], FlushTime),
         chunk: usize,
         clock: &dyn Clock,
     ) -> Result<Sent, StoreError> {
@@ -208,21 +208,30 @@ impl Delivery {
         let mut failure: Option<StoreError> = None;
         let mut failed_in_a_row = 0;
         let mut stopped = false;
-        for part in sent.chunks(chunk.max(1)) {
+        for (n, part) in sent.chunks(chunk.max(1)).enumerate() {
             if stopped {
                 answers.extend(part.iter().map(|_| ItemResult::NotSent));
                 counter!("sluice_flush_chunks_total", "result" => "not_sent").increment(1);
                 continue;
             }
-            let receipt = FlushReceipt {
-                owner: owner.clone(),
-                token: self.next_token,
-            };
-            self.next_token = self.next_token.wrapping_add(1);
+            // A part that only reads (early syncs ahead of the others' flushes) adds nothing
+            // that could be counted twice: it needs no receipt.
+            let receipt = part.iter().any(|i| i.delta > 0).then(|| {
+                let token = self.next_token;
+                self.next_token = self.next_token.wrapping_add(1);
+                FlushReceipt {
+                    owner: owner.clone(),
+                    token,
+                }
+            });
             let sent_at = clock.now();
-            let result = store.flush(part, Some(&receipt)).await;
+            // The store's clock is read once per flush, with its first part.
+            let time = if n == 0 { time } else { FlushTime::Skip };
+            let result = store.flush_timed(part, receipt.as_ref(), time).await;
             let received_at = clock.now();
-            self.doubt_unknown(&result, part, receipt);
+            if let Some(receipt) = receipt {
+                self.doubt_unknown(&result, part, receipt);
+            }
             let outcome = if result.is_ok() { "answered" } else { "failed" };
             counter!("sluice_flush_chunks_total", "result" => outcome).increment(1);
             match result {

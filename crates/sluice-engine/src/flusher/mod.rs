@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use metrics::{counter, gauge, histogram};
 use sluice_core::{Clock, Nanos};
-use sluice_store::{CounterStore, FlushItem, StoreError};
+use sluice_store::{CounterStore, FlushItem, FlushTime, StoreError};
 
 pub use schedule::{EARLY_SYNC_DELAY, run_flush_loop};
 pub use spill::{Spill, StateDir, StateError};
@@ -292,7 +292,9 @@ impl Flusher {
             }
             if !items.is_empty() {
                 counter!("sluice_early_syncs_total").increment(items.len() as u64);
-                self.send(&mut delivery, &mut items, &pending, &mut report)
+                // Moments after a span's flush: no new reading of the store's clock.
+                let sending = (&pending[..], FlushTime::Skip);
+                self.send(&mut delivery, &mut items, sending, &mut report)
                     .await;
             }
             return report;
@@ -305,7 +307,8 @@ impl Flusher {
         if items.is_empty() {
             self.probe_if_due(table, &mut report).await;
         } else {
-            self.send(&mut delivery, &mut items, &pending, &mut report)
+            let sending = (&pending[..], FlushTime::Read);
+            self.send(&mut delivery, &mut items, sending, &mut report)
                 .await;
         }
         if self.health().answering() {
@@ -322,14 +325,20 @@ impl Flusher {
         &self,
         delivery: &mut Delivery,
         items: &mut [FlushItem],
-        pending: &[(&SyncedRule, PendingFlush)],
+        (pending, time): (&[(&SyncedRule, PendingFlush)], FlushTime),
         report: &mut FlushReport,
     ) {
         let now = self.now();
         report.items = items.len();
         let sent_at = self.clock.now();
         let result = delivery
-            .send(&*self.store, &self.node, items, self.chunk, &*self.clock)
+            .send(
+                &*self.store,
+                &self.node,
+                (items, time),
+                self.chunk,
+                &*self.clock,
+            )
             .await;
         let received_at = self.clock.now();
         histogram!("sluice_flush_duration_seconds")

@@ -31,7 +31,7 @@ use parking_lot::Mutex;
 use sluice_core::{Decision, Nanos};
 use sluice_store::FlushItem;
 
-pub(crate) use key_state::{Drain, Flight, KeyState, Replies};
+pub(crate) use key_state::{Drain, Flight, KeyState, Replies, Sending};
 pub(crate) use params::SyncedParams;
 use shared::Shared;
 
@@ -214,31 +214,37 @@ impl SyncedRule {
             };
             let mut state = key.lock();
             let mut shared = self.lock_shared(&state, &name, &shared_guard);
-            let Drain::Send {
-                flight,
-                entry,
-                first_write,
-            } = state.drain(p, shared.as_deref_mut(), node, now, true)
-            else {
-                continue;
-            };
-            key_buf.clear();
-            sluice_store::CounterKey::write_encoded(&mut key_buf, &self.rule_id, &name);
-            let (carry_item, current_item) = push_items(
-                p,
-                key_buf.as_str().into(),
-                &flight,
-                entry,
-                first_write,
-                items,
-            );
-            pending.push(PendingFlush {
-                name,
-                flight,
-                carry_item,
-                current_item,
-            });
+            if let Drain::Send(sent) = state.drain(p, shared.as_deref_mut(), node, now, true) {
+                self.send(name, sent, &mut key_buf, items, pending);
+            }
         }
+    }
+
+    /// Puts one key's drained counts into the flush: its items, and what to apply the reply to.
+    fn send(
+        &self,
+        name: EcoString,
+        sent: Sending,
+        key_buf: &mut String,
+        items: &mut Vec<FlushItem>,
+        pending: &mut Vec<PendingFlush>,
+    ) {
+        key_buf.clear();
+        sluice_store::CounterKey::write_encoded(key_buf, &self.rule_id, &name);
+        let (carry_item, current_item) = push_items(
+            &self.params,
+            key_buf.as_str().into(),
+            &sent.flight,
+            sent.entry,
+            sent.first_write,
+            items,
+        );
+        pending.push(PendingFlush {
+            name,
+            flight: sent.flight,
+            carry_item,
+            current_item,
+        });
     }
 
     /// Gives back `amount` for `key`. Counts not yet flushed are taken back exactly; beyond
@@ -283,34 +289,11 @@ impl SyncedRule {
             sweep.live_instances = sweep.live_instances.max(others + 1);
             sweep.blocked += usize::from(state.blocked_at(p, window, now));
             sweep.node_estimate = sweep.node_estimate.max(model::node_estimate(&state));
-            let (flight, entry, first_write) = match drain {
-                Drain::Send {
-                    flight,
-                    entry,
-                    first_write,
-                } => (flight, entry, first_write),
-                Drain::Quiet => continue,
-                Drain::Idle => {
-                    idle.push(name.clone());
-                    continue;
-                }
-            };
-            key_buf.clear();
-            sluice_store::CounterKey::write_encoded(&mut key_buf, &self.rule_id, name);
-            let (carry_item, current_item) = push_items(
-                p,
-                key_buf.as_str().into(),
-                &flight,
-                entry,
-                first_write,
-                items,
-            );
-            pending.push(PendingFlush {
-                name: name.clone(),
-                flight,
-                carry_item,
-                current_item,
-            });
+            match drain {
+                Drain::Send(sent) => self.send(name.clone(), sent, &mut key_buf, items, pending),
+                Drain::Quiet => {}
+                Drain::Idle => idle.push(name.clone()),
+            }
         }
         for name in &idle {
             self.keys.remove(name, &guard);

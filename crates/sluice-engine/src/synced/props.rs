@@ -10,7 +10,7 @@ use sluice_config::Policy;
 use sluice_core::{Decision, Nanos};
 use sluice_store::{FlushOutcome, NodeEntry};
 
-use super::key_state::{Drain, Flight, KeyState, Replies};
+use super::key_state::{Drain, Flight, KeyState, Replies, Sending};
 use super::model;
 use super::params::SyncedParams;
 use super::shared::Shared;
@@ -166,11 +166,11 @@ impl World {
                 let drain =
                     self.key
                         .drain(&self.p, self.shared.as_mut(), &self.me, self.now, early);
-                if let Drain::Send {
+                if let Drain::Send(Sending {
                     flight,
                     entry,
                     first_write,
-                } = drain
+                }) = drain
                 {
                     let mut sent = Vec::new();
                     let items = [

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use sluice_core::{Decision, Nanos};
 use sluice_store::{
-    CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, MemoryStore, StoreError,
-    StoreFuture,
+    CounterStore, ExactRequest, FlushItem, FlushReceipt, FlushReply, FlushTime, MemoryStore,
+    StoreError, StoreFuture,
 };
 
 pub struct Watched {
@@ -43,17 +43,18 @@ impl Watched {
 }
 
 impl CounterStore for Watched {
-    fn flush<'a>(
+    fn flush_timed<'a>(
         &'a self,
         items: &'a [FlushItem],
         receipt: Option<&'a FlushReceipt>,
+        time: FlushTime,
     ) -> StoreFuture<'a, FlushReply> {
         let call = self.flush_calls.fetch_add(1, Ordering::Relaxed);
         if self.failing_flush == Some(call) {
             let timeout = Duration::from_millis(600);
             return Box::pin(async move { Err(StoreError::Timeout(timeout)) });
         }
-        self.inner.flush(items, receipt)
+        self.inner.flush_timed(items, receipt, time)
     }
 
     fn landed<'a>(

@@ -18,7 +18,8 @@ use super::{
     read_item,
 };
 use crate::{
-    ClusterTarget, FlushItem, FlushOutcome, FlushReceipt, FlushReply, SentinelTarget, StoreError,
+    ClusterTarget, FlushItem, FlushOutcome, FlushReceipt, FlushReply, FlushTime, SentinelTarget,
+    StoreError,
 };
 
 pub(super) enum Backend {
@@ -433,7 +434,9 @@ impl ClusterBackend {
         &self,
         items: &[FlushItem],
         receipt: Option<&FlushReceipt>,
+        time: FlushTime,
     ) -> Result<FlushReply, StoreError> {
+        let read_time = time == FlushTime::Read;
         let mut results: Vec<Result<FlushOutcome, StoreError>> = items
             .iter()
             .map(|_| Err(StoreError::Refused("not sent".into())))
@@ -457,7 +460,7 @@ impl ClusterBackend {
             let ours = members.clone();
             let task = tasks.spawn(async move {
                 let refs: Vec<&FlushItem> = owned.iter().collect();
-                let (pipe, plans, count) = flush_pipeline(&refs, receipt.as_ref(), true);
+                let (pipe, plans, count) = flush_pipeline(&refs, receipt.as_ref(), read_time);
                 let route = SingleNodeRoutingInfo::ByAddress { host, port };
                 let raw = conn.route_pipeline(pipe, 0, count, route).await;
                 let outcome = raw.map(|values| {
@@ -468,9 +471,9 @@ impl ClusterBackend {
                             v => Ok(v),
                         })
                         .collect();
-                    let time = replies
-                        .last()
-                        .and_then(|t| t.as_ref().ok())
+                    let time = read_time
+                        .then(|| replies.last().and_then(|t| t.as_ref().ok()))
+                        .flatten()
                         .and_then(parse_time);
                     let mut names = NodeNames::default();
                     let per_item: Vec<Result<FlushOutcome, StoreError>> = owned

@@ -25,8 +25,8 @@ use tokio::sync::OnceCell;
 
 use crate::exact::{ExactAlgorithm, ExactRequest};
 use crate::{
-    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, Presence, StoreError,
-    StoreFuture,
+    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, FlushTime, Presence,
+    StoreError, StoreFuture,
 };
 use crate::{RedisTarget, StandaloneTarget};
 
@@ -233,9 +233,10 @@ impl RedisStore {
         &self,
         items: &[FlushItem],
         receipt: Option<&FlushReceipt>,
+        time: FlushTime,
     ) -> Result<FlushReply, StoreError> {
         if let Backend::Cluster(cluster) = &self.backend {
-            let reply = cluster.flush(items, receipt).await;
+            let reply = cluster.flush(items, receipt, time).await;
             if let Ok(r) = &reply
                 && let Some(Err(e)) = r
                     .results
@@ -248,7 +249,7 @@ impl RedisStore {
         }
         let mut conn = self.connection().await?;
         let refs: Vec<&FlushItem> = items.iter().collect();
-        let (pipe, plans, _) = flush_pipeline(&refs, receipt, true);
+        let (pipe, plans, _) = flush_pipeline(&refs, receipt, time == FlushTime::Read);
         let raw: Vec<redis::RedisResult<Value>> = pipe
             .query_async(&mut conn)
             .await
@@ -257,9 +258,9 @@ impl RedisStore {
             .into_iter()
             .map(|r| r.map_err(|e| map_error(&e)))
             .collect();
-        let store_time = replies
-            .last()
-            .and_then(|t| t.as_ref().ok())
+        let store_time = (time == FlushTime::Read)
+            .then(|| replies.last().and_then(|t| t.as_ref().ok()))
+            .flatten()
             .and_then(parse_time);
         let mut names = NodeNames::default();
         let results: Vec<Result<FlushOutcome, StoreError>> = items
@@ -416,14 +417,17 @@ impl RedisStore {
 }
 
 impl CounterStore for RedisStore {
-    fn flush<'a>(
+    fn flush_timed<'a>(
         &'a self,
         items: &'a [FlushItem],
         receipt: Option<&'a FlushReceipt>,
+        time: FlushTime,
     ) -> StoreFuture<'a, FlushReply> {
         Box::pin(async move {
             let timeout = self.options.call_timeout(items.len());
-            let r = self.within(timeout, self.flush_inner(items, receipt)).await;
+            let r = self
+                .within(timeout, self.flush_inner(items, receipt, time))
+                .await;
             if let Err(e) = &r {
                 self.on_error(e);
             }
