@@ -11,6 +11,9 @@ mod guarded;
 mod lifecycle;
 mod listener;
 mod serve;
+mod status;
+mod status_cli;
+mod status_page;
 mod tls;
 
 /// Sluice: a distributed rate limiter.
@@ -40,6 +43,19 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Human)]
         log_format: LogFormat,
     },
+    /// Show a running instance's status (its admin listener's /status.json) as tables: the
+    /// store, every rule's decisions per second, and each rule's heaviest keys.
+    Status {
+        /// The admin listener, e.g. 127.0.0.1:9090 or http://host:9090.
+        #[arg(long)]
+        admin: String,
+        /// A file holding the admin bearer token (`access.admin_token_file`).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Print the JSON as it came.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a simulation scenario: the real engine on simulated nodes, every policy on the same
     /// traffic; prints a table and writes OUT/summary.json and plots (SVG and PNG).
     Simulate {
@@ -66,8 +82,11 @@ enum LogFormat {
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: a log file or journald gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),
@@ -84,6 +103,24 @@ fn main() -> ExitCode {
             out,
             markdown,
         } => simulate(&scenario, &out, markdown),
+        Command::Status {
+            admin,
+            token_file,
+            json,
+        } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(status_cli::fetch(&admin, token_file.as_deref())))
+            .map(|status| {
+                let text = if json {
+                    serde_json::to_string_pretty(&status).unwrap_or_default() + "\n"
+                } else {
+                    status_cli::render(&status)
+                };
+                let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+                ExitCode::SUCCESS
+            }),
         Command::Serve { config, log_format } => {
             init_logs(log_format);
             tokio::runtime::Builder::new_multi_thread()

@@ -28,6 +28,8 @@ struct Service {
     prometheus: PrometheusHandle,
     store_is_memory: bool,
     reload_lock: tokio::sync::Mutex<()>,
+    /// The config file, reloads and the rates' history, for the status page.
+    book: crate::status::Book,
 }
 
 fn store_of(
@@ -63,6 +65,21 @@ impl Service {
     /// Loads the config again and swaps the engine; on any error the running rules stay.
     async fn reload(&self, why: &str) -> Result<String, String> {
         let _one_at_a_time = self.reload_lock.lock().await;
+        let result = self.reload_now(why);
+        let (ok, message) = match &result {
+            Ok(m) => (true, m.clone()),
+            Err(e) => (false, e.clone()),
+        };
+        self.book.reloaded(crate::status::ReloadOutcome {
+            at_ms: self.engine.load().now() / 1_000_000,
+            trigger: why.to_owned(),
+            ok,
+            message,
+        });
+        result
+    }
+
+    fn reload_now(&self, why: &str) -> Result<String, String> {
         let config = match sluice_config::load(&self.config_path) {
             Ok(c) => c,
             Err(e) => {
@@ -135,6 +152,23 @@ fn with_token(router: axum::Router, token: Option<Token>) -> axum::Router {
 fn admin_protected(service: Arc<Service>) -> axum::Router {
     use axum::routing::{get, post};
     axum::Router::new()
+        .route(
+            "/",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    let status = s.book.status(&s.engine.load());
+                    axum::response::Html(crate::status_page::render(&status))
+                },
+            ),
+        )
+        .route(
+            "/status.json",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    axum::Json(s.book.status(&s.engine.load()))
+                },
+            ),
+        )
         .route(
             "/metrics",
             get(
@@ -264,12 +298,32 @@ fn spawn_gateway_worker(
         .context("cannot start a gateway worker thread")
 }
 
+/// The Prometheus recorder, with histograms (not summaries: buckets add up across instances)
+/// and every family described and registered (see `sluice_engine::METRIC_FAMILIES`).
+fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    use metrics_exporter_prometheus::Matcher;
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("sluice_flush_duration_seconds".into()),
+            sluice_engine::FLUSH_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("sluice_decision_duration_seconds".into()),
+                sluice_engine::DECISION_BUCKETS,
+            )
+        })
+        .context("cannot set the metrics' histogram buckets")?
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    sluice_engine::describe_metrics(env!("CARGO_PKG_VERSION"));
+    Ok(handle)
+}
+
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = sluice_config::load(config_path)?;
-    let prometheus = PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
+    let prometheus = install_metrics()?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
     let (store, store_is_memory) = store_of(&config, &clock)?;
     let description = store.describe();
@@ -295,6 +349,17 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         prometheus: prometheus.clone(),
         store_is_memory,
         reload_lock: tokio::sync::Mutex::new(()),
+        book: crate::status::Book::new(config_path.to_path_buf(), engine.load().now() / 1_000_000),
+    });
+    tokio::spawn({
+        let service = service.clone();
+        async move {
+            let mut every = tokio::time::interval(crate::status::SAMPLE_EVERY);
+            loop {
+                every.tick().await;
+                service.book.sample(&service.engine.load());
+            }
+        }
     });
     let rls_options = RlsOptions {
         api_domain: config.api_domain.clone(),

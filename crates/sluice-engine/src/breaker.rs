@@ -20,6 +20,15 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
+    /// `closed`, `open` or `half_open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+
     /// The `sluice_exact_breaker_state` gauge's value: 0 closed, 1 open, 2 half-open.
     fn gauge(self) -> f64 {
         match self {

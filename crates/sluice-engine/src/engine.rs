@@ -191,6 +191,18 @@ impl Engine {
         self.flusher.breaker_state()
     }
 
+    pub(crate) fn flusher(&self) -> &Flusher {
+        &self.flusher
+    }
+
+    pub(crate) fn table(&self) -> &RuleTable {
+        &self.table
+    }
+
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
     /// Whether the store has ever answered a flush or probe.
     pub fn store_reached(&self) -> bool {
         self.flusher.reached()
@@ -249,6 +261,7 @@ impl Engine {
             .table
             .domain(domain)
             .ok_or_else(|| EngineError::UnknownDomain(domain.to_owned()))?;
+        let timer = crate::telemetry::DecisionTimer::start();
         let now = self.now();
         let mut verdict = Verdict {
             allowed: true,
@@ -267,7 +280,10 @@ impl Engine {
                 .check(&self.flusher, max_keys, entries, now, cost)
                 .await;
             let outcome = outcome_of(rule, &decision);
-            count_decision(domain, rule, outcome, reason);
+            // A rule only queried (at cost 0, after an enforcing denial) did not decide.
+            if verdict.allowed || rule.shadow {
+                count_decision(domain, rule, outcome, reason);
+            }
             if matches!(outcome, Outcome::Denied | Outcome::CostExceedsLimit) {
                 verdict.allowed = false;
             }
@@ -284,6 +300,7 @@ impl Engine {
                 policy: rule.policy,
             });
         }
+        timer.finish();
         Ok(verdict)
     }
 
@@ -435,6 +452,7 @@ fn outcome_of(rule: &RuleEngine, decision: &Decision) -> Outcome {
 
 /// `sluice_decisions_total`; the allowed counter of each rule is registered once.
 fn count_decision(domain: &str, rule: &RuleEngine, outcome: Outcome, reason: Option<Reason>) {
+    rule.stats.count(outcome);
     match outcome {
         Outcome::Allowed | Outcome::Unlimited => rule.allowed.increment(1),
         _ => counter!(

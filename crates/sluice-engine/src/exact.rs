@@ -187,4 +187,17 @@ impl ExactRule {
     pub(crate) fn blocked(&self) -> usize {
         self.over_limit.len()
     }
+
+    /// Keys known over their limit, and the fallback's keys.
+    pub(crate) fn len(&self) -> usize {
+        self.over_limit.len() + self.fallback.len()
+    }
+
+    /// Whether `key` is known over its limit at `now` (no store call).
+    pub(crate) fn is_blocked(&self, key: &str, now: Nanos) -> bool {
+        let guard = self.over_limit.guard();
+        self.over_limit
+            .get(key, &guard)
+            .is_some_and(|until| until.load(Ordering::Relaxed) > now)
+    }
 }

@@ -45,11 +45,24 @@ impl HealthCell {
         self.0.load(Ordering::Relaxed) & REACHED != 0
     }
 
-    pub(crate) fn set(&self, health: StoreHealth) {
-        match health {
+    /// Records the store's health; a change sets `sluice_store_up` and writes one log line
+    /// (the failure itself is logged where it happened). Returns whether it changed.
+    pub(crate) fn set(&self, health: StoreHealth) -> bool {
+        let before = match health {
             StoreHealth::Answering => self.0.fetch_or(ANSWERING | REACHED, Ordering::Relaxed),
             StoreHealth::Unreachable => self.0.fetch_and(!ANSWERING, Ordering::Relaxed),
         };
+        let was_answering = before & ANSWERING != 0;
+        let changed = was_answering != health.answering();
+        if changed {
+            metrics::gauge!("sluice_store_up").set(if health.answering() { 1.0 } else { 0.0 });
+            if health.answering() {
+                tracing::info!("the store answers again; synced rules leave their fallback");
+            }
+        } else if health.answering() && before & REACHED == 0 {
+            metrics::gauge!("sluice_store_up").set(1.0);
+        }
+        changed
     }
 }
 

@@ -30,15 +30,25 @@ mod engine;
 mod exact;
 mod flusher;
 mod health;
+mod heavy;
 mod local;
 mod rule;
 mod sketch;
+mod status;
 mod synced;
 mod table;
+mod telemetry;
 mod verdict;
 
 pub use breaker::BreakerState;
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
 pub use engine::{Engine, EngineError, EngineOptions};
-pub use flusher::{EARLY_SYNC_DELAY, FlushReport, Spill, StateDir, StateError, run_flush_loop};
+pub use flusher::{
+    EARLY_SYNC_DELAY, FlushReport, FlushSummary, Spill, StateDir, StateError, run_flush_loop,
+};
+pub use heavy::{DecisionCounts, HEAVY_SAMPLE, HEAVY_SLOTS, display_key};
+pub use status::{EngineStatus, KeyReport, RuleReport, StoreStatus};
+pub use telemetry::{
+    DECISION_BUCKETS, FLUSH_BUCKETS, METRIC_FAMILIES, MetricFamily, MetricKind, describe_metrics,
+};
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

@@ -94,6 +94,11 @@ impl LocalLimiter {
         each!(self, l => l.len())
     }
 
+    /// The key's state at `now` as a cost-0 check sees it, without tracking a new key.
+    pub(crate) fn peek(&self, key: &str, now: Nanos) -> Option<Decision> {
+        self.contains(key).then(|| self.check(key, now, 0))
+    }
+
     pub(crate) fn contains(&self, key: &str) -> bool {
         each!(self, l => l.contains(key))
     }

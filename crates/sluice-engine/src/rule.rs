@@ -48,6 +48,8 @@ pub(crate) struct RuleEngine {
     /// Last span number flushed (synced rules).
     pub flushed_span: AtomicU64,
     pub allowed: metrics::Counter,
+    /// Decisions and heaviest keys, for the status page.
+    pub stats: crate::heavy::RuleStats,
 }
 
 impl RuleEngine {
@@ -84,6 +86,9 @@ impl RuleEngine {
                 }
                 let d = local.check(key, now, cost);
                 let reason = matches!(d, Decision::Denied(_)).then_some(Reason::LocalBudget);
+                if cost > 0 {
+                    self.stats.observe(key, reason.is_some(), now);
+                }
                 (d, reason)
             }),
             RuleKind::Synced(synced) => {
@@ -97,6 +102,9 @@ impl RuleEngine {
                     let (decision, reason, early) = synced.check(key, now, cost, store);
                     if early {
                         flusher.wake_early_sync();
+                    }
+                    if cost > 0 {
+                        self.stats.observe(key, !decision.is_allowed(), now);
                     }
                     (decision, reason)
                 })
@@ -120,6 +128,9 @@ impl RuleEngine {
                 if let Some(e) = error {
                     count_store_error(&e);
                     tracing::debug!(rule = %self.id, error = %e, "exact-mode store call failed");
+                }
+                if cost > 0 {
+                    self.stats.observe(&key, !d.is_allowed(), now);
                 }
                 (d, reason)
             }

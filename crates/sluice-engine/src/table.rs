@@ -84,6 +84,14 @@ impl RuleTable {
         self.domains.values().flat_map(|t| t.rules.iter())
     }
 
+    /// Every domain, by name.
+    pub(crate) fn domains_sorted(&self) -> Vec<(&str, &DomainTable)> {
+        let mut domains: Vec<(&str, &DomainTable)> =
+            self.domains.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        domains.sort_unstable_by_key(|(n, _)| *n);
+        domains
+    }
+
     pub(crate) fn domain(&self, name: &str) -> Option<&DomainTable> {
         self.domains.get(name)
     }
@@ -187,5 +195,6 @@ fn rule_engine(
         overflow: std::sync::OnceLock::new(),
         flushed_span: AtomicU64::new(0),
         allowed,
+        stats: crate::heavy::RuleStats::default(),
     }
 }

@@ -6,6 +6,7 @@
 
 mod delivery;
 mod offset;
+mod record;
 mod replay;
 mod retired;
 mod schedule;
@@ -18,6 +19,7 @@ use metrics::{counter, gauge, histogram};
 use sluice_core::{Clock, Nanos};
 use sluice_store::{CounterStore, FlushItem, FlushTime, StoreError};
 
+pub use record::FlushSummary;
 pub use schedule::{EARLY_SYNC_DELAY, run_flush_loop};
 pub use spill::{Spill, StateDir, StateError};
 
@@ -90,6 +92,8 @@ pub(crate) struct Flusher {
     /// Keys asked for an early sync since the last early flush; wakes the flush loop.
     early_wanted: std::sync::atomic::AtomicBool,
     early_wake: tokio::sync::Notify,
+    /// The flushes as the status page shows them.
+    record: record::FlushRecord,
 }
 
 /// Nanoseconds between probes of an idle store.
@@ -135,6 +139,7 @@ impl Flusher {
             fleet_steady: std::sync::atomic::AtomicBool::new(false),
             early_wanted: std::sync::atomic::AtomicBool::new(false),
             early_wake: tokio::sync::Notify::new(),
+            record: record::FlushRecord::default(),
         }
     }
 
@@ -144,6 +149,11 @@ impl Flusher {
             health: self.health(),
             fleet: self.fleet.load(Ordering::Relaxed).max(1),
         }
+    }
+
+    /// The flushes so far, for the status page.
+    pub(crate) fn flush_summary(&self) -> FlushSummary {
+        self.record.summary()
     }
 
     /// Instances live on the store (0 until the first announcement is answered).
@@ -341,8 +351,10 @@ impl Flusher {
             )
             .await;
         let received_at = self.clock.now();
-        histogram!("sluice_flush_duration_seconds")
-            .record(received_at.saturating_sub(sent_at) as f64 / 1e9);
+        let took = received_at.saturating_sub(sent_at);
+        histogram!("sluice_flush_duration_seconds").record(took as f64 / 1e9);
+        let error = result.as_ref().err().map(ToString::to_string);
+        self.record.record(received_at, took, error);
         counter!("sluice_flush_items_total").increment(items.len() as u64);
         match result {
             Ok(sent) => {
@@ -371,10 +383,15 @@ impl Flusher {
                 counter!("sluice_flushes_total", "result" => "ok").increment(1);
             }
             Err(e) => {
-                self.health.set(StoreHealth::Unreachable);
+                let began = self.health.set(StoreHealth::Unreachable);
                 count_store_error(&e);
                 counter!("sluice_flushes_total", "result" => "error").increment(1);
-                tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply");
+                // One line per burst of failures; the next ones only at debug level.
+                if began {
+                    tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply until the store answers");
+                } else {
+                    tracing::debug!(store = %self.store.describe(), error = %e, "flush failed again");
+                }
                 let view = self.view();
                 off_the_request_path(|| {
                     for (synced, p) in pending {
@@ -534,7 +551,9 @@ impl Flusher {
                 self.health.set(StoreHealth::Answering);
             }
             Err(e) => {
-                self.health.set(StoreHealth::Unreachable);
+                if self.health.set(StoreHealth::Unreachable) {
+                    tracing::warn!(store = %self.store.describe(), error = %e, "the store does not answer; local fallback limits apply until it does");
+                }
                 count_store_error(&e);
                 report.error = Some(e.to_string());
             }
