@@ -324,3 +324,16 @@ fn a_real_browser_shows_the_denied_key_with_the_figures_of_status_json() {
     );
     assert!(!dom.contains(EVIL), "the key's markup became an element");
 }
+
+#[test]
+fn docs_operations_lists_every_metric_family_with_its_help() {
+    let doc = std::fs::read_to_string(root().join("docs/OPERATIONS.md")).unwrap();
+    for f in sluice_engine::METRIC_FAMILIES {
+        let kind = format!("{:?}", f.kind).to_lowercase();
+        let row = format!("| `{}` | {kind} | {} |", f.name, f.help);
+        assert!(
+            doc.contains(&row),
+            "docs/OPERATIONS.md lacks the row\n{row}"
+        );
+    }
+}
