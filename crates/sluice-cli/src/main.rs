@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod access;
 mod check;
+mod door_metrics;
 mod guarded;
 mod lifecycle;
 mod listener;

@@ -30,6 +30,8 @@ struct Service {
     reload_lock: tokio::sync::Mutex<()>,
     /// The config file, reloads and the rates' history, for the status page.
     book: crate::status::Book,
+    /// The running rules as `sluice check` prints them (`GET /rlconfig`).
+    rules_text: parking_lot::Mutex<String>,
 }
 
 fn store_of(
@@ -90,6 +92,7 @@ impl Service {
         };
         let old = self.engine.load_full();
         let new = old.reload(&config.rules, &config.defaults);
+        *self.rules_text.lock() = crate::check::render(&config);
         let kept = new.shared_rules(&old);
         let domains = config.rules.domains().count();
         // Counts of rules that went away still reach the store: the flusher keeps sweeping
@@ -158,6 +161,14 @@ fn admin_protected(service: Arc<Service>) -> axum::Router {
                 |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
                     let status = s.book.status(&s.engine.load());
                     axum::response::Html(crate::status_page::render(&status))
+                },
+            ),
+        )
+        .route(
+            "/rlconfig",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    s.rules_text.lock().clone()
                 },
             ),
         )
@@ -349,6 +360,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         prometheus: prometheus.clone(),
         store_is_memory,
         reload_lock: tokio::sync::Mutex::new(()),
+        rules_text: parking_lot::Mutex::new(crate::check::render(&config)),
         book: crate::status::Book::new(config_path.to_path_buf(), engine.load().now() / 1_000_000),
     });
     tokio::spawn({
@@ -416,7 +428,8 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
                 api_token.clone(),
             ),
             &limits,
-        ),
+        )
+        .layer(axum::middleware::from_fn(crate::door_metrics::count_api)),
         limits.clone(),
         ConnectionCap::new("http", max_connections),
         http_tls.clone(),
@@ -534,7 +547,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             let router =
                 sluice_http::gateway_router(engine.clone(), &gateway, gateway.upstream_timeout)
                     .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
-            let router = protect(router, &gateway_limits);
+            let router = protect(router, &gateway_limits).layer(axum::middleware::from_fn(
+                crate::door_metrics::count_gateway,
+            ));
             let worker = spawn_gateway_worker(
                 i,
                 listener,

@@ -245,6 +245,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         PLAIN,
     ),
     family(
+        "sluice_requests_total",
+        Counter,
+        "Answers of the front doors (label door: grpc, json, acquire, acquire_batch, refill, gateway, other; result: ok, over_limit, client_error, shed, bad_gateway, gateway_timeout, server_error). Requests refused before routing (connection limits, timeouts) are counted apart.",
+        LATER,
+    ),
+    family(
         "sluice_spill_pending_counts",
         Gauge,
         "Counts of an earlier run's spill not delivered to the store yet.",

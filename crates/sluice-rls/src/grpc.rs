@@ -51,8 +51,16 @@ impl RateLimitService for RateLimitGrpc {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let request = request.into_inner();
         tracing::debug!(?request, "ShouldRateLimit");
-        let response = decide(&self.engine, &self.options, &request).await?;
-        Ok(tonic::Response::new(response))
+        let answer = decide(&self.engine, &self.options, &request).await;
+        let result = match &answer {
+            Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
+            Ok(_) => "ok",
+            // Every refusal of `decide` is about the request (unknown domain, bad cost, ...).
+            Err(_) => "client_error",
+        };
+        metrics::counter!("sluice_requests_total", "door" => "grpc", "result" => result)
+            .increment(1);
+        Ok(tonic::Response::new(answer?))
     }
 }
 
