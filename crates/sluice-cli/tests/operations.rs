@@ -382,3 +382,52 @@ fn the_shipped_systemd_unit_verifies() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn detailed_metric_counts_per_value_within_its_bound() {
+    let rules = r#"
+domain: edge
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+"#;
+    let serve = Serve::start("ops-detailed", "memory://", &[("edge.yaml", rules)]);
+    for _ in 0..3 {
+        http_call(serve.http, "POST", "/json", &json_request("carol"));
+    }
+    for i in 0..150 {
+        http_call(
+            serve.http,
+            "POST",
+            "/json",
+            &json_request(&format!("spray-{i}")),
+        );
+    }
+    let (_, metrics) = http_call(serve.admin, "GET", "/metrics", "");
+    let series = |value: &str, outcome: &str| {
+        format!(
+            r#"sluice_detailed_decisions_total{{domain="edge",rule="edge/user",value="{value}",outcome="{outcome}"}}"#
+        )
+    };
+    assert!(
+        metrics.contains(&format!("{} 2", series("carol", "allowed"))),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("{} 1", series("carol", "denied"))),
+        "{metrics}"
+    );
+    // carol and 99 sprayed values have their own series; the other 51 share one.
+    assert!(
+        metrics.contains(&format!("{} 51", series("_other", "allowed"))),
+        "{metrics}"
+    );
+    let own = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("sluice_detailed_decisions_total{") && l.contains("outcome=\"allowed\"")
+        })
+        .count();
+    assert_eq!(own, 101, "{metrics}");
+}

@@ -26,6 +26,7 @@
 
 mod breaker;
 mod descriptor_key;
+mod detailed;
 mod engine;
 mod exact;
 mod flusher;
@@ -42,6 +43,7 @@ mod verdict;
 
 pub use breaker::BreakerState;
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
+pub use detailed::{DETAILED_VALUE_BYTES, DETAILED_VALUES};
 pub use engine::{Engine, EngineError, EngineOptions};
 pub use flusher::{
     EARLY_SYNC_DELAY, FlushReport, FlushSummary, Spill, StateDir, StateError, run_flush_loop,

@@ -50,6 +50,8 @@ pub(crate) struct RuleEngine {
     pub allowed: metrics::Counter,
     /// Decisions and heaviest keys, for the status page.
     pub stats: crate::heavy::RuleStats,
+    /// Per-value counts (`detailed_metric: true`).
+    pub detailed: Option<crate::detailed::DetailedStats>,
 }
 
 impl RuleEngine {
@@ -86,9 +88,7 @@ impl RuleEngine {
                 }
                 let d = local.check(key, now, cost);
                 let reason = matches!(d, Decision::Denied(_)).then_some(Reason::LocalBudget);
-                if cost > 0 {
-                    self.stats.observe(key, reason.is_some(), now);
-                }
+                self.observe(key, reason.is_some(), now, cost);
                 (d, reason)
             }),
             RuleKind::Synced(synced) => {
@@ -103,9 +103,7 @@ impl RuleEngine {
                     if early {
                         flusher.wake_early_sync();
                     }
-                    if cost > 0 {
-                        self.stats.observe(key, !decision.is_allowed(), now);
-                    }
+                    self.observe(key, !decision.is_allowed(), now, cost);
                     (decision, reason)
                 })
             }
@@ -129,11 +127,21 @@ impl RuleEngine {
                     count_store_error(&e);
                     tracing::debug!(rule = %self.id, error = %e, "exact-mode store call failed");
                 }
-                if cost > 0 {
-                    self.stats.observe(&key, !d.is_allowed(), now);
-                }
+                self.observe(&key, !d.is_allowed(), now, cost);
                 (d, reason)
             }
+        }
+    }
+
+    /// Feeds the heavy-hitters sketch and the per-value counts; a rule only queried (cost 0)
+    /// did not decide.
+    fn observe(&self, key: &str, denied: bool, now: Nanos, cost: u64) {
+        if cost == 0 {
+            return;
+        }
+        self.stats.observe(key, denied, now);
+        if let Some(detailed) = &self.detailed {
+            detailed.count(key, denied, self.shadow);
         }
     }
 

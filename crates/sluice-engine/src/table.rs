@@ -196,5 +196,8 @@ fn rule_engine(
         flushed_span: AtomicU64::new(0),
         allowed,
         stats: crate::heavy::RuleStats::default(),
+        detailed: rule
+            .detailed_metric
+            .then(|| crate::detailed::DetailedStats::new(domain.name(), &rule.id)),
     }
 }

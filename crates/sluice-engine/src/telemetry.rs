@@ -139,6 +139,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         LATER,
     ),
     family(
+        "sluice_detailed_decisions_total",
+        Counter,
+        "Decisions per descriptor value of rules with detailed_metric: true (labels domain, rule, value, outcome); the first 100 values of a rule have their own series, later ones share value=\"_other\", values are cut to 128 bytes.",
+        LATER,
+    ),
+    family(
         "sluice_early_syncs_total",
         Counter,
         "Keys flushed early because their span's safe share was spent.",
