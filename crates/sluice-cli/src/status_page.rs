@@ -1,6 +1,7 @@
 //! The status page at the admin listener's `/`: one self-contained HTML page (no external
 //! assets). The server renders it whole, so it reads as plain tables without JavaScript; with
-//! JavaScript it redraws itself from `/status.json` every two seconds. Every value that comes
+//! JavaScript it redraws itself from `/status.json` every two seconds (`status_page.js`, which
+//! builds the same structure with text nodes only). Every value that comes
 //! from traffic (keys, rule names) is escaped: keys are chosen by whoever sends requests.
 
 use std::fmt::Write as _;
@@ -195,22 +196,15 @@ td code {{ word-break: break-all; }}
 <body><div id="page">{body}</div>
 <noscript><p class="quiet">Reload the page for new figures (JavaScript would refresh them every 2 s).</p></noscript>
 <script>
-// Redraws the page from /status.json every 2 s; the server's own rendering is replaced by
-// fetching the page again, so both stay one and the same.
-setInterval(async () => {{
-  try {{
-    const r = await fetch(location.pathname.replace(/\/?$/, '/'), {{ headers: {{ 'accept': 'text/html' }}, credentials: 'same-origin' }});
-    if (!r.ok) return;
-    const doc = new DOMParser().parseFromString(await r.text(), 'text/html');
-    const page = doc.getElementById('page');
-    if (page) document.getElementById('page').replaceWith(page);
-  }} catch (e) {{}}
-}}, 2000);
-</script>
+{script}</script>
 </body></html>
-"#
+"#,
+        script = SCRIPT
     )
 }
+
+/// Redraws the page from `/status.json` (text nodes only).
+const SCRIPT: &str = include_str!("status_page.js");
 
 #[cfg(test)]
 mod tests {

@@ -322,6 +322,10 @@ fn a_real_browser_shows_the_denied_key_with_the_figures_of_status_json() {
     );
     let out = headless(&url, &["--dump-dom"], &profile);
     let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains(r#"data-from="status.json""#),
+        "the page did not redraw itself from /status.json:\n{dom}"
+    );
     let status = status_json(&serve);
     let rule = &status["rules"][0];
     let figures = format!(
