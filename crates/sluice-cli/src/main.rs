@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod access;
+mod admin;
 mod check;
 mod door_metrics;
 mod guarded;

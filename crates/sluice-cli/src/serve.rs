@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
-use axum::http::StatusCode;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use sluice_config::{ListenerLimits, ServiceConfig, StoreConfig};
 use sluice_core::{Clock, CoarseClock};
@@ -17,21 +16,22 @@ use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions};
 use tokio::sync::watch;
 
 use crate::access::Token;
+use crate::admin::{admin_router, with_token};
 use crate::guarded::ConnectionCap;
 use crate::lifecycle::{keep_spill, open_state, wait_for_termination};
 use crate::listener::{connection_budget, guarded_incoming, protect, serve_http};
 
 /// How the admin endpoints and the reload paths share state.
-struct Service {
+pub(crate) struct Service {
     config_path: PathBuf,
-    engine: SharedEngine,
-    prometheus: PrometheusHandle,
-    store_is_memory: bool,
+    pub(crate) engine: SharedEngine,
+    pub(crate) prometheus: PrometheusHandle,
+    pub(crate) store_is_memory: bool,
     reload_lock: tokio::sync::Mutex<()>,
     /// The config file, reloads and the rates' history, for the status page.
-    book: crate::status::Book,
+    pub(crate) book: crate::status::Book,
     /// The running rules as `sluice check` prints them (`GET /rlconfig`).
-    rules_text: parking_lot::Mutex<String>,
+    pub(crate) rules_text: parking_lot::Mutex<String>,
 }
 
 fn store_of(
@@ -65,7 +65,7 @@ fn store_of(
 
 impl Service {
     /// Loads the config again and swaps the engine; on any error the running rules stay.
-    async fn reload(&self, why: &str) -> Result<String, String> {
+    pub(crate) async fn reload(&self, why: &str) -> Result<String, String> {
         let _one_at_a_time = self.reload_lock.lock().await;
         let result = self.reload_now(why);
         let (ok, message) = match &result {
@@ -110,99 +110,6 @@ impl Service {
         );
         Ok(message)
     }
-}
-
-/// The admin endpoints; with a token, every one but the probes (`/healthz`, `/readyz`) needs it.
-fn admin_router(service: Arc<Service>, token: Option<Token>) -> axum::Router {
-    use axum::routing::get;
-    let open = axum::Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(
-                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    let engine = s.engine.load();
-                    // A shared store must have answered once; the memory store is always there.
-                    if s.store_is_memory
-                        || engine.store_reached()
-                        || engine.flush_interval().is_none()
-                    {
-                        (StatusCode::OK, "ready\n".to_owned())
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "the store has not been reached yet\n".to_owned(),
-                        )
-                    }
-                },
-            ),
-        )
-        .with_state(service.clone());
-    open.merge(with_token(admin_protected(service), token))
-}
-
-/// `router` behind a bearer token, when one is configured.
-fn with_token(router: axum::Router, token: Option<Token>) -> axum::Router {
-    match token {
-        Some(token) => router.layer(axum::middleware::from_fn_with_state(
-            token,
-            crate::access::require_bearer,
-        )),
-        None => router,
-    }
-}
-
-fn admin_protected(service: Arc<Service>) -> axum::Router {
-    use axum::routing::{get, post};
-    axum::Router::new()
-        .route(
-            "/",
-            get(
-                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    let status = s.book.status(&s.engine.load());
-                    axum::response::Html(crate::status_page::render(&status))
-                },
-            ),
-        )
-        .route(
-            "/rlconfig",
-            get(
-                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    s.rules_text.lock().clone()
-                },
-            ),
-        )
-        .route(
-            "/status.json",
-            get(
-                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    axum::Json(s.book.status(&s.engine.load()))
-                },
-            ),
-        )
-        .route(
-            "/metrics",
-            get(
-                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    s.prometheus.render()
-                },
-            ),
-        )
-        .route(
-            "/reload",
-            post(
-                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    match s.reload("http").await {
-                        Ok(m) => (StatusCode::OK, format!("{m}\n")),
-                        Err(e) => (
-                            StatusCode::UNPROCESSABLE_ENTITY,
-                            format!("reload failed, the running rules stay: {e}\n"),
-                        ),
-                    }
-                },
-            ),
-        )
-        .with_state(service)
 }
 
 /// Modification times of the config file and every rule file it names.

@@ -199,10 +199,6 @@ impl Engine {
         &self.table
     }
 
-    pub(crate) fn clock(&self) -> &dyn Clock {
-        &*self.clock
-    }
-
     /// Whether the store has ever answered a flush or probe.
     pub fn store_reached(&self) -> bool {
         self.flusher.reached()

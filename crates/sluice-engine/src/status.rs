@@ -115,7 +115,7 @@ impl Engine {
     }
 
     fn rule_report(&self, domain: &str, rule: &RuleEngine, top: usize) -> RuleReport {
-        let now = self.clock().now();
+        let now = self.now();
         let (mode, tracked) = match &*rule.kind {
             RuleKind::Unlimited => ("unlimited", 0),
             RuleKind::Local(l) => ("local", l.len()),

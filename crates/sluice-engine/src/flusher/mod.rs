@@ -5,6 +5,7 @@
 //! the engines its reloads build, so flushes never overlap and nothing it knows is lost.
 
 mod delivery;
+mod fleet;
 mod offset;
 mod record;
 mod replay;
@@ -99,12 +100,6 @@ pub(crate) struct Flusher {
 /// Nanoseconds between probes of an idle store.
 const PROBE_EVERY_NS: u64 = 1_000_000_000;
 
-/// How often an instance announces itself to the store: every second until two answers in a
-/// row agree on the fleet's size (a fleet that starts together learns its size at once), then
-/// every 30 s; an instance not heard from for [`LIVE_FOR`] has left.
-const ANNOUNCE_EVERY_NS: u64 = 30_000_000_000;
-const LIVE_FOR: std::time::Duration = std::time::Duration::from_secs(90);
-
 /// Counts a store error in `sluice_store_errors_total` (flushes, probes and exact mode alike).
 pub(crate) fn count_store_error(e: &StoreError) {
     counter!("sluice_store_errors_total", "kind" => e.kind()).increment(1);
@@ -156,11 +151,6 @@ impl Flusher {
         self.record.summary()
     }
 
-    /// Instances live on the store (0 until the first announcement is answered).
-    pub(crate) fn fleet(&self) -> u64 {
-        self.fleet.load(Ordering::Relaxed)
-    }
-
     /// A key asked for an early sync: wake the flush loop.
     pub(crate) fn wake_early_sync(&self) {
         if !self.early_wanted.swap(true, Ordering::Relaxed) {
@@ -177,39 +167,6 @@ impl Flusher {
     pub(crate) async fn early_sync_asked(&self) {
         if !self.early_sync_wanted() {
             self.early_wake.notified().await;
-        }
-    }
-
-    /// Announces this instance to the store when due (see [`ANNOUNCE_EVERY_NS`]): the store
-    /// answers with the instances live, and its clock.
-    async fn announce_if_due(&self, table: &RuleTable) {
-        let raw_now = self.clock.now();
-        let last = self.last_announce.load(Ordering::Relaxed);
-        let every = if self.fleet_steady.load(Ordering::Relaxed) {
-            ANNOUNCE_EVERY_NS
-        } else {
-            PROBE_EVERY_NS
-        };
-        if !table.has_synced() || (last > 0 && raw_now.saturating_sub(last) < every) {
-            return;
-        }
-        self.announce().await;
-    }
-
-    /// Announces this instance to the store now: the store answers with the instances live
-    /// (kept for [`Flusher::view`]) and its clock.
-    pub(crate) async fn announce(&self) {
-        let raw_now = self.clock.now();
-        self.last_announce.store(raw_now.max(1), Ordering::Relaxed);
-        match self.store.announce(&self.node, LIVE_FOR).await {
-            Ok(presence) => {
-                self.observe_store_time(raw_now, self.clock.now(), presence.store_time);
-                let before = self.fleet.swap(presence.live, Ordering::Relaxed);
-                self.fleet_steady
-                    .store(before == presence.live, Ordering::Relaxed);
-                gauge!("sluice_fleet_instances").set(presence.live as f64);
-            }
-            Err(e) => count_store_error(&e),
         }
     }
 

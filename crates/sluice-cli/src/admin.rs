@@ -1,0 +1,102 @@
+//! The admin listener's endpoints: the probes, the status page and `/status.json`,
+//! `/rlconfig`, `/metrics` and `POST /reload` (docs/OPERATIONS.md).
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+
+use crate::access::Token;
+use crate::serve::Service;
+
+/// The admin endpoints; with a token, every one but the probes (`/healthz`, `/readyz`) needs it.
+pub(crate) fn admin_router(service: Arc<Service>, token: Option<Token>) -> axum::Router {
+    use axum::routing::get;
+    let open = axum::Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    let engine = s.engine.load();
+                    // A shared store must have answered once; the memory store is always there.
+                    if s.store_is_memory
+                        || engine.store_reached()
+                        || engine.flush_interval().is_none()
+                    {
+                        (StatusCode::OK, "ready\n".to_owned())
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "the store has not been reached yet\n".to_owned(),
+                        )
+                    }
+                },
+            ),
+        )
+        .with_state(service.clone());
+    open.merge(with_token(admin_protected(service), token))
+}
+
+/// `router` behind a bearer token, when one is configured.
+pub(crate) fn with_token(router: axum::Router, token: Option<Token>) -> axum::Router {
+    match token {
+        Some(token) => router.layer(axum::middleware::from_fn_with_state(
+            token,
+            crate::access::require_bearer,
+        )),
+        None => router,
+    }
+}
+
+fn admin_protected(service: Arc<Service>) -> axum::Router {
+    use axum::routing::{get, post};
+    axum::Router::new()
+        .route(
+            "/",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    let status = s.book.status(&s.engine.load());
+                    axum::response::Html(crate::status_page::render(&status))
+                },
+            ),
+        )
+        .route(
+            "/rlconfig",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    s.rules_text.lock().clone()
+                },
+            ),
+        )
+        .route(
+            "/status.json",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    axum::Json(s.book.status(&s.engine.load()))
+                },
+            ),
+        )
+        .route(
+            "/metrics",
+            get(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    s.prometheus.render()
+                },
+            ),
+        )
+        .route(
+            "/reload",
+            post(
+                |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
+                    match s.reload("http").await {
+                        Ok(m) => (StatusCode::OK, format!("{m}\n")),
+                        Err(e) => (
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            format!("reload failed, the running rules stay: {e}\n"),
+                        ),
+                    }
+                },
+            ),
+        )
+        .with_state(service)
+}

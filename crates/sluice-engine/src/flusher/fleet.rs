@@ -1,0 +1,55 @@
+//! The fleet: each instance announces itself on the store, which answers with how many
+//! instances are live (and its clock); synced keys with no history start from that number.
+
+use std::sync::atomic::Ordering;
+
+use metrics::gauge;
+
+use super::{Flusher, PROBE_EVERY_NS, count_store_error};
+use crate::table::RuleTable;
+
+/// How often an instance announces itself to the store: every second until two answers in a
+/// row agree on the fleet's size (a fleet that starts together learns its size at once), then
+/// every 30 s; an instance not heard from for [`LIVE_FOR`] has left.
+const ANNOUNCE_EVERY_NS: u64 = 30_000_000_000;
+const LIVE_FOR: std::time::Duration = std::time::Duration::from_secs(90);
+
+impl Flusher {
+    /// Instances live on the store (0 until the first announcement is answered).
+    pub(crate) fn fleet(&self) -> u64 {
+        self.fleet.load(Ordering::Relaxed)
+    }
+
+    /// Announces this instance to the store when due (see [`ANNOUNCE_EVERY_NS`]): the store
+    /// answers with the instances live, and its clock.
+    pub(super) async fn announce_if_due(&self, table: &RuleTable) {
+        let raw_now = self.clock.now();
+        let last = self.last_announce.load(Ordering::Relaxed);
+        let every = if self.fleet_steady.load(Ordering::Relaxed) {
+            ANNOUNCE_EVERY_NS
+        } else {
+            PROBE_EVERY_NS
+        };
+        if !table.has_synced() || (last > 0 && raw_now.saturating_sub(last) < every) {
+            return;
+        }
+        self.announce().await;
+    }
+
+    /// Announces this instance to the store now: the store answers with the instances live
+    /// (kept for [`Flusher::view`]) and its clock.
+    pub(crate) async fn announce(&self) {
+        let raw_now = self.clock.now();
+        self.last_announce.store(raw_now.max(1), Ordering::Relaxed);
+        match self.store.announce(&self.node, LIVE_FOR).await {
+            Ok(presence) => {
+                self.observe_store_time(raw_now, self.clock.now(), presence.store_time);
+                let before = self.fleet.swap(presence.live, Ordering::Relaxed);
+                self.fleet_steady
+                    .store(before == presence.live, Ordering::Relaxed);
+                gauge!("sluice_fleet_instances").set(presence.live as f64);
+            }
+            Err(e) => count_store_error(&e),
+        }
+    }
+}
