@@ -12,6 +12,7 @@ mod door_metrics;
 mod guarded;
 mod lifecycle;
 mod listener;
+mod reload;
 mod serve;
 mod status;
 mod status_cli;

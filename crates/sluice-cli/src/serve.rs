@@ -32,6 +32,12 @@ pub(crate) struct Service {
     pub(crate) book: crate::status::Book,
     /// The running rules as `sluice check` prints them (`GET /rlconfig`).
     pub(crate) rules_text: parking_lot::Mutex<String>,
+    /// The settings in effect: the start's, with what reloads applied.
+    running: parking_lot::Mutex<ServiceConfig>,
+    /// The Envoy RLS and HTTP API options a reload may change.
+    rls_options: sluice_rls::SharedOptions,
+    /// Each gateway worker's handle, by the gateway's listen address.
+    gateways: parking_lot::Mutex<Vec<(std::net::SocketAddr, sluice_http::GatewayHandle)>>,
 }
 
 fn store_of(
@@ -82,14 +88,22 @@ impl Service {
     }
 
     fn reload_now(&self, why: &str) -> Result<String, String> {
+        let failed = |e: String| {
+            tracing::error!(trigger = why, error = %e, "reload failed; the running rules stay");
+            metrics::counter!("sluice_reloads_total", "result" => "error").increment(1);
+            Err(e)
+        };
         let config = match sluice_config::load(&self.config_path) {
             Ok(c) => c,
-            Err(e) => {
-                tracing::error!(trigger = why, error = %e, "reload failed; the running rules stay");
-                metrics::counter!("sluice_reloads_total", "result" => "error").increment(1);
-                return Err(e.to_string());
-            }
+            Err(e) => return failed(e.to_string()),
         };
+        for g in &config.gateways {
+            if let Err(e) = sluice_http::GatewayHandle::check(g) {
+                return failed(format!("invalid gateway upstream `{}`: {e}", g.upstream));
+            }
+        }
+        let mut running = self.running.lock();
+        let changes = crate::reload::changes(&running, &config);
         let old = self.engine.load_full();
         let new = old.reload(&config.rules, &config.defaults);
         *self.rules_text.lock() = crate::check::render(&config);
@@ -99,15 +113,32 @@ impl Service {
         // them until the requests holding the old engine are done.
         self.engine.store(Arc::new(new));
         drop(old);
+        let mut options = (**self.rls_options.load()).clone();
+        options.api_domain.clone_from(&config.api_domain);
+        options.response_headers = config.rls_response_headers;
+        self.rls_options.store(Arc::new(options));
+        for (listen, handle) in self.gateways.lock().iter() {
+            if let Some(g) = config.gateways.iter().find(|g| g.listen == *listen) {
+                // Checked above: it cannot fail here.
+                let _ = handle.apply(g);
+            }
+        }
+        *running = crate::reload::in_effect(&running, &config);
         metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
-        let message =
+        let mut message =
             format!("reloaded {domains} domains; {kept} unchanged rules kept their counters");
-        tracing::info!(
-            trigger = why,
-            kept,
-            domains,
-            "{message} (store and listener changes need a restart)"
-        );
+        if !changes.applied.is_empty() {
+            message.push_str(&format!("; applied: {}", changes.applied.join(", ")));
+        }
+        if changes.need_restart.is_empty() {
+            tracing::info!(trigger = why, kept, domains, "{message}");
+        } else {
+            message.push_str(&format!(
+                "; NOT applied, read only at start (restart to apply): {}",
+                changes.need_restart.join(", ")
+            ));
+            tracing::warn!(trigger = why, kept, domains, "{message}");
+        }
         Ok(message)
     }
 }
@@ -261,6 +292,12 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     );
     let state = open_state(&config.lifecycle, &engine)?;
     let engine: SharedEngine = Arc::new(ArcSwap::from_pointee(engine));
+    let rls_options: sluice_rls::SharedOptions = Arc::new(ArcSwap::from_pointee(RlsOptions {
+        api_domain: config.api_domain.clone(),
+        response_headers: config.rls_response_headers,
+        max_body: config.listeners.max_body_bytes,
+        ..RlsOptions::default()
+    }));
     let service = Arc::new(Service {
         config_path: config_path.to_path_buf(),
         engine: engine.clone(),
@@ -269,6 +306,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         reload_lock: tokio::sync::Mutex::new(()),
         rules_text: parking_lot::Mutex::new(crate::check::render(&config)),
         book: crate::status::Book::new(config_path.to_path_buf(), engine.load().now() / 1_000_000),
+        running: parking_lot::Mutex::new(config.clone()),
+        rls_options: rls_options.clone(),
+        gateways: parking_lot::Mutex::new(Vec::new()),
     });
     tokio::spawn({
         let service = service.clone();
@@ -280,12 +320,6 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             }
         }
     });
-    let rls_options = RlsOptions {
-        api_domain: config.api_domain.clone(),
-        response_headers: true,
-        max_body: config.listeners.max_body_bytes,
-        ..RlsOptions::default()
-    };
     let admin_token = config
         .access
         .admin_token_file
@@ -331,7 +365,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         http_listener,
         protect(
             with_token(
-                sluice_rls::http_router(engine.clone(), rls_options.clone()),
+                sluice_rls::http_router_shared(engine.clone(), rls_options.clone()),
                 api_token.clone(),
             ),
             &limits,
@@ -365,7 +399,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             grpc_tls,
             limits.header_read_timeout,
         );
-        let service = sluice_rls::grpc_service(engine.clone(), rls_options);
+        let service = sluice_rls::grpc_service_shared(engine.clone(), rls_options);
         let serving: std::pin::Pin<
             Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
         > = match api_token {
@@ -451,9 +485,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         for (i, listener) in listeners.into_iter().enumerate() {
             // Built here, one per worker (each its own upstream pool): a bad upstream stops the
             // start instead of a worker.
-            let router =
-                sluice_http::gateway_router(engine.clone(), &gateway, gateway.upstream_timeout)
-                    .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
+            let (router, handle) = sluice_http::reloadable_gateway(engine.clone(), &gateway)
+                .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
+            service.gateways.lock().push((gateway.listen, handle));
             let router = protect(router, &gateway_limits).layer(axum::middleware::from_fn(
                 crate::door_metrics::count_gateway,
             ));

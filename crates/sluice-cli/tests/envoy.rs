@@ -169,11 +169,17 @@ async fn envoy_enforces_sluice_decisions() {
     // 3 per minute per user: 200, 200, 200, then 429 where the rules say.
     let codes: Vec<u16> = (0..5).map(|_| get(listen, "/", "alice").0).collect();
     assert_eq!(codes, [200, 200, 200, 429, 429]);
+    // Envoy's `enable_x_ratelimit_headers` writes the headers; Sluice adds none of its own by
+    // default (`rls.response_headers: false`), so each appears once.
     let (_, limited) = get(listen, "/", "alice");
-    assert!(
-        limited.to_ascii_lowercase().contains("x-ratelimit-limit"),
-        "{limited}"
-    );
+    let lower = limited.to_ascii_lowercase();
+    for header in [
+        "x-ratelimit-limit:",
+        "x-ratelimit-remaining:",
+        "x-ratelimit-reset:",
+    ] {
+        assert_eq!(lower.matches(header).count(), 1, "{header} in {limited}");
+    }
     // Another user is independent.
     assert_eq!(get(listen, "/", "bob").0, 200);
     // hits_addend 2 per request (Envoy's `envoy.ratelimit.hits_addend` filter state, set from

@@ -350,3 +350,96 @@ async fn gateway_workers_share_one_engine_hold_the_port_and_stop_cleanly() {
     // SIGTERM stops every worker and the process exits cleanly.
     assert!(gw.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_header_styles_routes_and_refunds_and_names_what_needs_a_restart() {
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n";
+    let (port, dead) = (free_port(), free_port());
+    let config = gateway_yaml(port, dead).replace("headers: both", "headers: ietf");
+    let serve = Serve::start_with("gwreload", "memory://", &[("edge.yaml", rules)], &config);
+    let r = tokio::task::spawn_blocking(move || get(port, "a"))
+        .await
+        .unwrap();
+    assert_eq!(status(&r), 502, "{r}");
+    let lower = r.to_ascii_lowercase();
+    assert!(lower.contains("ratelimit-policy:"), "{r}");
+    assert!(!lower.contains("x-ratelimit-limit:"), "{r}");
+
+    // Both header styles, another header for the user, refunds on upstream failures, and a
+    // listener change that only a restart can apply.
+    let file = serve.dir().join("sluice.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let moved = free_port();
+    let text = text
+        .replace(
+            "headers: ietf",
+            "headers: both\n    refund_upstream_failures: true",
+        )
+        .replace("header_name: x-user-id", "header_name: x-api-user")
+        .replace(
+            &format!("http: 127.0.0.1:{}", serve.http),
+            &format!("http: 127.0.0.1:{moved}"),
+        );
+    std::fs::write(&file, text).unwrap();
+    let admin = serve.admin;
+    let (code, answer) =
+        tokio::task::spawn_blocking(move || common::http_call(admin, "POST", "/reload", ""))
+            .await
+            .unwrap();
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        answer.contains("NOT applied, read only at start (restart to apply): listen.http"),
+        "{answer}"
+    );
+    // The file watcher may have reloaded first; either way one reload applied the gateway.
+    assert!(
+        wait_until(Duration::from_secs(5), || serve.log_tail().contains(
+            &format!(
+                "applied: gateway 127.0.0.1:{port} (headers, routes, refund_upstream_failures)"
+            )
+        )),
+        "{answer}\n{}",
+        serve.log_tail()
+    );
+    let user = move |who: &'static str| {
+        raw(
+            port,
+            format!(
+                "GET /api HTTP/1.1\r\nHost: t\r\nx-api-user: {who}\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+    };
+    let statuses = tokio::task::spawn_blocking(move || {
+        let first = user("z");
+        let lower = first.to_ascii_lowercase();
+        assert!(lower.contains("x-ratelimit-limit: 3"), "{first}");
+        assert!(lower.contains("ratelimit-policy:"), "{first}");
+        let mut statuses = vec![status(&first)];
+        statuses.extend((0..4).map(|_| status(&user("z"))));
+        statuses
+    })
+    .await
+    .unwrap();
+    // Refunded: a dead upstream never uses up the user's 3 per minute (before the reload the
+    // fourth request was a 429).
+    assert_eq!(statuses, [502; 5]);
+    // The old header builds no descriptor any more: not limited, no rate-limit headers.
+    let r = tokio::task::spawn_blocking(move || get(port, "a"))
+        .await
+        .unwrap();
+    assert!(!r.to_ascii_lowercase().contains("ratelimit"), "{r}");
+    // The HTTP API still listens where it started.
+    let http = serve.http;
+    let (code, _) = tokio::task::spawn_blocking(move || {
+        common::http_call(
+            http,
+            "POST",
+            "/json",
+            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"q"}]}]}"#,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 200);
+}

@@ -73,10 +73,23 @@ fn ok(code: i32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_rls_semantics_over_grpc() {
-    let serve = Serve::start(
+    // Without `rls.response_headers` (the default, as Envoy's ratelimit service) the answers
+    // carry no headers to add: Envoy's `enable_x_ratelimit_headers` makes them.
+    let plain = Serve::start("rls-plain", "memory://", &[("edge.yaml", RULES)]);
+    let r = plain
+        .client()
+        .await
+        .should_rate_limit(request("edge", &[&[("user", "alice")]], 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.response_headers_to_add.is_empty(), "{r:?}");
+    drop(plain);
+    let serve = Serve::start_with(
         "rls",
         "memory://",
         &[("edge.yaml", RULES), ("api.yaml", API_RULES)],
+        "rls:\n  response_headers: true\n",
     );
     let mut client = serve.client().await;
     // 3 per minute per user; statuses carry the limit and what is left.

@@ -139,6 +139,10 @@ pub struct Gateway {
     /// Threads serving it, each with its own listening socket (`SO_REUSEPORT`) and upstream
     /// connections (`workers`; `None`: one per CPU).
     pub workers: Option<std::num::NonZeroUsize>,
+    /// Give a request's cost back when the gateway itself answers 502 or 504 (the upstream
+    /// refused the connection or did not answer in time): `refund_upstream_failures`, default
+    /// `false` (a request let through is counted, whatever the upstream does).
+    pub refund_upstream_failures: bool,
 }
 
 fn mask_len(
@@ -408,5 +412,6 @@ pub(crate) fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway,
                     })
             })
             .transpose()?,
+        refund_upstream_failures: raw.refund_upstream_failures.unwrap_or(false),
     })
 }

@@ -93,6 +93,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             defaults: Default::default(),
             api_domain,
             headers: HeaderStyle::Ietf,
+            rls_response_headers: false,
             gateways: Vec::new(),
             expected_instances: 1,
             max_keys_per_rule: crate::service::DEFAULT_MAX_KEYS_PER_RULE,

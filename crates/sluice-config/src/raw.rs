@@ -67,6 +67,8 @@ pub(crate) struct RawServiceFile {
     pub defaults: RawDefaults,
     #[serde(default)]
     pub api: RawApi,
+    #[serde(default)]
+    pub rls: RawRls,
     pub headers: Option<Spanned<String>>,
     pub expected_instances: Option<Spanned<i64>>,
     pub max_keys_per_rule: Option<Spanned<i64>>,
@@ -134,6 +136,12 @@ pub(crate) struct RawApi {
     pub domain: Option<Spanned<String>>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRls {
+    pub response_headers: Option<bool>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGateway {
@@ -143,6 +151,7 @@ pub(crate) struct RawGateway {
     pub headers: Option<Spanned<String>>,
     pub upstream_timeout: Option<Spanned<String>>,
     pub workers: Option<Spanned<i64>>,
+    pub refund_upstream_failures: Option<bool>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }

@@ -67,6 +67,10 @@ pub struct ServiceConfig {
     pub api_domain: String,
     /// Header style.
     pub headers: HeaderStyle,
+    /// Whether Envoy RLS answers (gRPC and `/json`) carry `x-ratelimit-*` headers in
+    /// `response_headers_to_add` (`rls.response_headers`, default `false`, as Envoy's ratelimit
+    /// service without `LIMIT_RESPONSE_HEADERS_ENABLED`).
+    pub rls_response_headers: bool,
     /// Gateways.
     pub gateways: Vec<Gateway>,
     /// The most instances the deployment runs (`expected_instances`, default 1): the `N` of
@@ -325,6 +329,7 @@ impl ServiceConfig {
             defaults,
             api_domain,
             headers,
+            rls_response_headers: raw.rls.response_headers.unwrap_or(false),
             gateways,
             expected_instances,
             max_keys_per_rule,

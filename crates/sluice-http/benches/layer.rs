@@ -67,6 +67,7 @@ fn main() {
                 routes: config.gateways[0].routes.clone(),
                 headers: HeaderStyle::Ietf,
                 trusted_hops: 0,
+                refund_upstream_failures: false,
             },
         );
         let inner = tower::service_fn(|_r: Request<()>| async {

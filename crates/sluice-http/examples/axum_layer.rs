@@ -46,6 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             routes: config.gateways[0].routes.clone(),
             headers: HeaderStyle::Ietf,
             trusted_hops: 0,
+            refund_upstream_failures: false,
         },
     );
     let app = axum::Router::new()

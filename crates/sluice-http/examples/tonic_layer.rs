@@ -44,6 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             routes: config.gateways[0].routes.clone(),
             headers: HeaderStyle::None,
             trusted_hops: 0,
+            refund_upstream_failures: false,
         },
     );
     println!("gRPC on 127.0.0.1:50051");

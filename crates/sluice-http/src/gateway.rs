@@ -16,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use sluice_config::Gateway;
 use sluice_engine::Engine;
 
-use crate::layer::{LimitPolicy, RateLimitLayer};
+use crate::layer::{LimitPolicy, RateLimitLayer, UpstreamFailed};
 
 /// Headers that describe one connection, not the request: never forwarded (RFC 9110 7.6.1).
 /// (Names as constants: looking a header up by `&str` parses the name on every request.)
@@ -62,10 +62,11 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 async fn proxy(
-    State(up): State<Arc<Upstream>>,
+    State(upstream): State<Arc<ArcSwap<Upstream>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     mut req: Request,
 ) -> Response {
+    let up = upstream.load_full();
     let path = req
         .uri()
         .path_and_query()
@@ -102,19 +103,90 @@ async fn proxy(
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     match tokio::time::timeout(up.timeout, up.client.request(req)).await {
-        Err(_) => error(
+        Err(_) => failed(
             StatusCode::GATEWAY_TIMEOUT,
             "the upstream did not answer in time",
         ),
         Ok(Err(e)) => {
             tracing::warn!(upstream = %up.authority, error = %e, "upstream request failed");
-            error(StatusCode::BAD_GATEWAY, "the upstream is unreachable")
+            failed(StatusCode::BAD_GATEWAY, "the upstream is unreachable")
         }
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, Body::new(body))
         }
+    }
+}
+
+/// The gateway's own answer when the upstream failed, marked for the layer's refund.
+fn failed(status: StatusCode, message: &str) -> Response {
+    let mut response = error(status, message);
+    response.extensions_mut().insert(UpstreamFailed);
+    response
+}
+
+/// What a reload may change in a running gateway: its policy (domain, routes and their
+/// actions and costs, header style, refunds) and its upstream (address, timeout). Requests
+/// already in flight finish with what they started with; no connection is dropped.
+#[derive(Clone)]
+pub struct GatewayHandle {
+    layer: RateLimitLayer,
+    upstream: Arc<ArcSwap<Upstream>>,
+}
+
+impl GatewayHandle {
+    /// Whether [`GatewayHandle::apply`] would take `gateway` (its upstream parses).
+    ///
+    /// # Errors
+    /// When `gateway.upstream` does not name a valid host and port.
+    pub fn check(gateway: &Gateway) -> Result<(), http::uri::InvalidUri> {
+        authority_of(gateway).map(|_| ())
+    }
+
+    /// Applies `gateway` (its `listen` and `workers` are not read: they need a restart).
+    ///
+    /// # Errors
+    /// When `gateway.upstream` does not name a valid host and port; nothing changes then.
+    pub fn apply(&self, gateway: &Gateway) -> Result<(), http::uri::InvalidUri> {
+        let current = self.upstream.load_full();
+        let authority: http::uri::Authority = authority_of(gateway)?;
+        let client = if authority == current.authority {
+            // Same upstream: keep its pooled connections.
+            current.client.clone()
+        } else {
+            upstream_client()
+        };
+        self.upstream.store(Arc::new(Upstream {
+            client,
+            authority,
+            timeout: gateway.upstream_timeout,
+        }));
+        self.layer.set_policy(policy_of(gateway));
+        Ok(())
+    }
+}
+
+fn authority_of(gateway: &Gateway) -> Result<http::uri::Authority, http::uri::InvalidUri> {
+    gateway.upstream.trim_start_matches("http://").parse()
+}
+
+fn upstream_client() -> Client<HttpConnector, Body> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(2)));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
+}
+
+fn policy_of(gateway: &Gateway) -> LimitPolicy {
+    LimitPolicy {
+        domain: gateway.domain.clone(),
+        routes: gateway.routes.clone(),
+        headers: gateway.headers,
+        trusted_hops: 0,
+        refund_upstream_failures: gateway.refund_upstream_failures,
     }
 }
 
@@ -127,30 +199,27 @@ async fn proxy(
 pub fn gateway_router(
     engine: Arc<ArcSwap<Engine>>,
     gateway: &Gateway,
-    upstream_timeout: Duration,
 ) -> Result<axum::Router, http::uri::InvalidUri> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(2)));
-    let client = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector);
-    let upstream = Arc::new(Upstream {
-        client,
-        authority: gateway.upstream.trim_start_matches("http://").parse()?,
-        timeout: upstream_timeout,
-    });
-    let layer = RateLimitLayer::new(
-        engine,
-        LimitPolicy {
-            domain: gateway.domain.clone(),
-            routes: gateway.routes.clone(),
-            headers: gateway.headers,
-            trusted_hops: 0,
-        },
-    );
-    Ok(axum::Router::new()
+    reloadable_gateway(engine, gateway).map(|(router, _)| router)
+}
+
+/// [`gateway_router`] with the handle that applies a reloaded configuration to it.
+///
+/// # Errors
+/// When `gateway.upstream` does not name a valid host and port.
+pub fn reloadable_gateway(
+    engine: Arc<ArcSwap<Engine>>,
+    gateway: &Gateway,
+) -> Result<(axum::Router, GatewayHandle), http::uri::InvalidUri> {
+    let upstream = Arc::new(ArcSwap::from_pointee(Upstream {
+        client: upstream_client(),
+        authority: authority_of(gateway)?,
+        timeout: gateway.upstream_timeout,
+    }));
+    let layer = RateLimitLayer::new(engine, policy_of(gateway));
+    let router = axum::Router::new()
         .fallback(proxy)
-        .with_state(upstream)
-        .layer(layer))
+        .with_state(upstream.clone())
+        .layer(layer.clone());
+    Ok((router, GatewayHandle { layer, upstream }))
 }

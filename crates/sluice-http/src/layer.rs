@@ -30,11 +30,20 @@ pub struct LimitPolicy {
     pub headers: HeaderStyle,
     /// Trusted proxies in front of this one (0: the peer address is the client).
     pub trusted_hops: usize,
+    /// Give the cost back when the inner service's response carries [`UpstreamFailed`] (the
+    /// gateway marks its own 502 and 504 so): the request did no work upstream.
+    pub refund_upstream_failures: bool,
 }
+
+/// A response extension saying the request never reached a working upstream (connection
+/// refused, no answer in time): with [`LimitPolicy::refund_upstream_failures`] the layer gives
+/// the request's cost back. The gateway sets it on its own 502 and 504; any inner service may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamFailed;
 
 struct Shared {
     engine: Arc<ArcSwap<Engine>>,
-    policy: LimitPolicy,
+    policy: ArcSwap<LimitPolicy>,
 }
 
 /// A `tower::Layer` that limits requests with a Sluice engine before they reach the inner
@@ -51,8 +60,22 @@ impl RateLimitLayer {
     /// A layer over `engine` (swapped on reload by whoever holds it) with `policy`.
     pub fn new(engine: Arc<ArcSwap<Engine>>, policy: LimitPolicy) -> Self {
         Self {
-            shared: Arc::new(Shared { engine, policy }),
+            shared: Arc::new(Shared {
+                engine,
+                policy: ArcSwap::from_pointee(policy),
+            }),
         }
+    }
+
+    /// Replaces the policy of this layer and of every service it built (a reload): requests
+    /// already deciding finish with the old one.
+    pub fn set_policy(&self, policy: LimitPolicy) {
+        self.shared.policy.store(Arc::new(policy));
+    }
+
+    /// The policy in use.
+    pub fn policy(&self) -> Arc<LimitPolicy> {
+        self.shared.policy.load_full()
     }
 }
 
@@ -105,7 +128,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         Box::pin(async move {
-            let policy = &shared.policy;
+            let policy = shared.policy.load_full();
             // Routes match, and the inner service sees, the normalized path: `//login` and
             // `/%6cogin` are `/login` here as they are upstream.
             match normalize_path(req.uri().path()) {
@@ -180,7 +203,27 @@ where
             }
             let fields = rate_limit_fields(&verdict, policy.headers);
             drop(verdict);
+            // Owned only when a refund may need them (the request goes to the inner service).
+            let refund = policy.refund_upstream_failures.then(|| {
+                let owned: Vec<Vec<(String, String)>> = built
+                    .iter()
+                    .map(|d| {
+                        d.iter()
+                            .map(|(k, v)| ((*k).to_owned(), v.to_string()))
+                            .collect()
+                    })
+                    .collect();
+                (owned, route.cost)
+            });
             let mut response = inner.call(req).await?.map(Either::Left);
+            if let Some((descriptors, cost)) = refund
+                && response.extensions().get::<UpstreamFailed>().is_some()
+            {
+                for d in &descriptors {
+                    // A rule that cannot take a refill (exact mode) keeps the count.
+                    let _ = engine.refill(&policy.domain, d, cost);
+                }
+            }
             fields.insert_into(response.headers_mut());
             Ok(response)
         })

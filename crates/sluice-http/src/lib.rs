@@ -12,8 +12,8 @@ mod path;
 mod value;
 
 pub use actions::{Descriptor, RequestParts, client_address, descriptors, route_matches};
-pub use gateway::gateway_router;
+pub use gateway::{GatewayHandle, gateway_router, reloadable_gateway};
 pub use headers::{RateLimitFields, add_rate_limit_headers, rate_limit_fields, retry_after_secs};
-pub use layer::{LimitPolicy, RateLimit, RateLimitLayer};
+pub use layer::{LimitPolicy, RateLimit, RateLimitLayer, UpstreamFailed};
 pub use path::{InvalidPath, normalize_path};
 pub use value::{MAX_VALUE_LEN, descriptor_value, query_value};

@@ -51,6 +51,7 @@ async fn grpc_calls_over_the_limit_get_resource_exhausted() {
             routes: config.gateways[0].routes.clone(),
             headers: HeaderStyle::Legacy,
             trusted_hops: 0,
+            refund_upstream_failures: false,
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -88,6 +88,7 @@ impl Harness {
                 routes: routes(routes_yaml),
                 headers,
                 trusted_hops,
+                refund_upstream_failures: false,
             },
         );
         let inner = tower::service_fn(|_req: Request<String>| async {
@@ -330,6 +331,7 @@ async fn the_inner_service_sees_the_normalized_path() {
             ),
             headers: HeaderStyle::None,
             trusted_hops: 0,
+            refund_upstream_failures: false,
         },
     );
     let inner = tower::service_fn(|req: Request<String>| async move {

@@ -13,7 +13,7 @@ use sluice_engine::Outcome;
 
 use crate::error::RequestError;
 use crate::json::parse_json;
-use crate::{RlsOptions, SharedEngine};
+use crate::{SharedEngine, SharedOptions};
 
 /// Distinct ad-hoc limits (shapes) kept at once, each with its own keyed limiter; beyond it
 /// the least recently used shape is dropped (its keys start over, as after a restart).
@@ -105,7 +105,7 @@ type AdhocLimiter = KeyedLimiter<String, Gcra, CoarseClock>;
 
 pub(crate) struct ApiState {
     pub engine: SharedEngine,
-    pub options: RlsOptions,
+    pub options: SharedOptions,
     clock: CoarseClock,
     adhoc: Mutex<AdhocShapes>,
 }
@@ -118,7 +118,7 @@ struct AdhocShapes {
 }
 
 impl ApiState {
-    pub(crate) fn new(engine: SharedEngine, options: RlsOptions) -> Self {
+    pub(crate) fn new(engine: SharedEngine, options: SharedOptions) -> Self {
         Self {
             engine,
             options,
@@ -180,11 +180,12 @@ impl ApiState {
             if v.is_empty() {
                 return Err(RequestError::invalid(format!("`{field}` is empty")));
             }
-            if v.len() > self.options.max_value_len {
+            let max = self.options.load().max_value_len;
+            if v.len() > max {
                 return Err(RequestError::invalid(format!(
                     "`{field}` is {} bytes; at most {} are allowed",
                     v.len(),
-                    self.options.max_value_len
+                    max
                 )));
             }
         }
@@ -223,7 +224,7 @@ impl ApiState {
             ("user", request.user.as_str()),
         ]];
         let verdict = engine
-            .check(&self.options.api_domain, &descriptor, amount)
+            .check(&self.options.load().api_domain, &descriptor, amount)
             .await?;
         let Some(s) = verdict.most_limiting() else {
             return Ok(AcquireResponse {
@@ -333,7 +334,7 @@ pub(crate) async fn refill(
     } else {
         let engine = state.engine.load_full();
         engine.refill(
-            &state.options.api_domain,
+            &state.options.load().api_domain,
             &[
                 ("item", request.item.as_str()),
                 ("user", request.user.as_str()),
@@ -361,7 +362,7 @@ mod tests {
         );
         ApiState::new(
             Arc::new(arc_swap::ArcSwap::from_pointee(engine)),
-            RlsOptions::default(),
+            Arc::new(arc_swap::ArcSwap::from_pointee(crate::RlsOptions::default())),
         )
     }
 

@@ -16,22 +16,24 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluice_engine::{Outcome, RuleStatus, Verdict};
 
 use crate::error::{RequestError, check_entries};
-use crate::{RlsOptions, SharedEngine};
+use crate::{RlsOptions, SharedEngine, SharedOptions};
 
 /// `ShouldRateLimit` over the engine.
 #[derive(Clone)]
 pub struct RateLimitGrpc {
     engine: SharedEngine,
-    options: Arc<RlsOptions>,
+    options: SharedOptions,
 }
 
 impl RateLimitGrpc {
     /// The service's handler, for calling `should_rate_limit` without a transport.
     pub fn new(engine: SharedEngine, options: RlsOptions) -> Self {
-        Self {
-            engine,
-            options: Arc::new(options),
-        }
+        Self::shared(engine, Arc::new(arc_swap::ArcSwap::from_pointee(options)))
+    }
+
+    /// The handler with options the caller may swap while it serves.
+    pub fn shared(engine: SharedEngine, options: SharedOptions) -> Self {
+        Self { engine, options }
     }
 }
 
@@ -43,6 +45,14 @@ pub fn grpc_service(
     RateLimitServiceServer::new(RateLimitGrpc::new(engine, options))
 }
 
+/// [`grpc_service`] with options the caller may swap while it serves.
+pub fn grpc_service_shared(
+    engine: SharedEngine,
+    options: SharedOptions,
+) -> RateLimitServiceServer<RateLimitGrpc> {
+    RateLimitServiceServer::new(RateLimitGrpc::shared(engine, options))
+}
+
 #[tonic::async_trait]
 impl RateLimitService for RateLimitGrpc {
     async fn should_rate_limit(
@@ -51,7 +61,7 @@ impl RateLimitService for RateLimitGrpc {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let request = request.into_inner();
         tracing::debug!(?request, "ShouldRateLimit");
-        let answer = decide(&self.engine, &self.options, &request).await;
+        let answer = decide(&self.engine, &self.options.load(), &request).await;
         let result = match &answer {
             Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
             Ok(_) => "ok",

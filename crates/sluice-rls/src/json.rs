@@ -80,7 +80,7 @@ pub(crate) async fn should_rate_limit(
             .collect(),
         hits_addend: request.hits_addend,
     };
-    let response = decide(&state.engine, &state.options, &grpc).await?;
+    let response = decide(&state.engine, &state.options.load(), &grpc).await?;
     let statuses: Vec<Value> = response
         .statuses
         .iter()

@@ -20,10 +20,14 @@ use sluice_engine::Engine;
 
 pub use api::{AcquireRequest, AcquireResponse, AdhocLimit, RefillRequest};
 pub use error::RequestError;
-pub use grpc::{RateLimitGrpc, grpc_service};
+pub use grpc::{RateLimitGrpc, grpc_service, grpc_service_shared};
 
 /// The engine in use; `sluice serve` stores a new one on reload.
 pub type SharedEngine = Arc<ArcSwap<Engine>>;
+
+/// The options in use; `sluice serve` stores new ones on reload (`api.domain`,
+/// `rls.response_headers`). The size limits and `max_body` are read when a door is built.
+pub type SharedOptions = Arc<ArcSwap<RlsOptions>>;
 
 /// Limits on what requests may carry, and response options.
 #[derive(Clone, Debug)]
@@ -61,12 +65,18 @@ impl Default for RlsOptions {
 
 /// The HTTP routes: `/json`, `/v1/acquire`, `/v1/acquire/batch`, `/v1/refill`.
 pub fn http_router(engine: SharedEngine, options: RlsOptions) -> axum::Router {
+    http_router_shared(engine, Arc::new(ArcSwap::from_pointee(options)))
+}
+
+/// [`http_router`] with options the caller may swap while it serves.
+pub fn http_router_shared(engine: SharedEngine, options: SharedOptions) -> axum::Router {
+    let max_body = options.load().max_body;
     let state = Arc::new(api::ApiState::new(engine, options));
     axum::Router::new()
         .route("/json", axum::routing::post(json::should_rate_limit))
         .route("/v1/acquire", axum::routing::post(api::acquire))
         .route("/v1/acquire/batch", axum::routing::post(api::acquire_batch))
         .route("/v1/refill", axum::routing::post(api::refill))
-        .layer(axum::extract::DefaultBodyLimit::max(state.options.max_body))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
