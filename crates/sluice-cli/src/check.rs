@@ -50,9 +50,28 @@ pub fn render(config: &ServiceConfig) -> String {
     out
 }
 
-pub fn run(file: &Path) -> anyhow::Result<ExitCode> {
+pub fn run(file: &Path, strict: bool) -> anyhow::Result<ExitCode> {
     let config = sluice_config::load(file)?;
     print!("{}", render(&config));
-    println!("{}: ok", file.display());
-    Ok(ExitCode::SUCCESS)
+    let warnings = sluice_config::warnings(&config);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    match warnings.len() {
+        0 => println!("{}: ok", file.display()),
+        1 => println!("{}: ok, 1 warning", file.display()),
+        n => println!("{}: ok, {n} warnings", file.display()),
+    }
+    Ok(if strict && !warnings.is_empty() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Logs every warning of `config` (at start and after a reload).
+pub fn log_warnings(config: &ServiceConfig) {
+    for w in sluice_config::warnings(config) {
+        tracing::warn!("{w}");
+    }
 }

@@ -30,11 +30,15 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Validate a sluice.yaml (with the rule files it names) or one Envoy-format rule file,
-    /// and print each domain's rule tree.
+    /// print each domain's rule tree, and warn about settings that do not do what they seem
+    /// to (each with file:line:column).
     Check {
         /// The file to check.
         #[arg(long, short)]
         config: PathBuf,
+        /// Exit with status 1 when there are warnings (for CI).
+        #[arg(long)]
+        strict: bool,
     },
     /// Run the rate-limit service described by a config file: Envoy RLS gRPC, the HTTP/JSON
     /// API, the admin listener (/metrics, /healthz, /readyz, POST /reload).
@@ -100,7 +104,7 @@ fn init_logs(format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { config } => check::run(&config),
+        Command::Check { config, strict } => check::run(&config, strict),
         Command::Simulate {
             scenario,
             out,

@@ -102,6 +102,7 @@ impl Service {
                 return failed(format!("invalid gateway upstream `{}`: {e}", g.upstream));
             }
         }
+        crate::check::log_warnings(&config);
         let mut running = self.running.lock();
         let changes = crate::reload::changes(&running, &config);
         let old = self.engine.load_full();
@@ -272,6 +273,7 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = sluice_config::load(config_path)?;
+    crate::check::log_warnings(&config);
     let prometheus = install_metrics()?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
     let (store, store_is_memory) = store_of(&config, &clock)?;

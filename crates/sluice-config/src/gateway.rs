@@ -110,6 +110,36 @@ pub enum Action {
     },
 }
 
+impl Action {
+    /// The key of the descriptor entry it builds.
+    pub fn descriptor_key(&self) -> &str {
+        match self {
+            Self::RequestHeaders { descriptor_key, .. }
+            | Self::GenericKey { descriptor_key, .. }
+            | Self::HeaderValueMatch { descriptor_key, .. }
+            | Self::QueryParameter { descriptor_key, .. }
+            | Self::Method { descriptor_key }
+            | Self::Path { descriptor_key } => descriptor_key,
+            Self::RemoteAddress => "remote_address",
+            Self::MaskedRemoteAddress { .. } => "masked_remote_address",
+        }
+    }
+
+    /// Whether a request without its input skips only this entry (`skip_if_absent`).
+    pub fn skippable(&self) -> bool {
+        matches!(
+            self,
+            Self::RequestHeaders {
+                skip_if_absent: true,
+                ..
+            } | Self::QueryParameter {
+                skip_if_absent: true,
+                ..
+            }
+        )
+    }
+}
+
 /// A gateway route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Route {

@@ -121,6 +121,32 @@ impl Domain {
         found.iter().map(|&i| &self.rules[i])
     }
 
+    /// Whether some rule applies to a descriptor with exactly these keys, whatever its
+    /// values (a value rule counts: some values are limited).
+    pub fn limits_keys(&self, keys: &[&str]) -> bool {
+        fn walk(domain: &Domain, level: &Level, keys: &[&str]) -> bool {
+            let Some((first, rest)) = keys.split_first() else {
+                return false;
+            };
+            let Some(m) = level.keys.get(*first) else {
+                return false;
+            };
+            m.exact
+                .values()
+                .chain(m.prefixes.iter().map(|(_, n)| n))
+                .chain(m.any.iter())
+                .any(|&n| {
+                    let node = &domain.nodes[n];
+                    if rest.is_empty() {
+                        !node.rules.is_empty()
+                    } else {
+                        walk(domain, &node.children, rest)
+                    }
+                })
+        }
+        walk(self, &self.root, keys)
+    }
+
     /// Rules for a whole request: every descriptor's rules, minus those replaced by another
     /// matched rule's `replaces`.
     pub fn match_request<K, V, D>(&self, descriptors: &[D]) -> RuleMatches<'_>
