@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{CoarseClock, Decision, Gcra, KeyedLimiter, Rate};
 use sluice_engine::Outcome;
 
-use crate::error::RequestError;
+use crate::error::{RequestError, check_entries};
 use crate::json::parse_json;
 use crate::{SharedEngine, SharedOptions};
 
@@ -50,6 +50,26 @@ pub enum WindowSpec {
     Text(String),
 }
 
+/// One more descriptor for `/v1/acquire` and `/v1/refill`, in `/json`'s shape
+/// (`{"entries": [{"key": "item", "value": "reports"}]}`): decided with `[item, user]` in one
+/// call, so a global or per-tenant limit applies next to the per-user one.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiDescriptor {
+    /// Its entries, in order.
+    pub entries: Vec<ApiEntry>,
+}
+
+/// One entry of an [`ApiDescriptor`].
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiEntry {
+    /// Descriptor key.
+    pub key: String,
+    /// Descriptor value.
+    pub value: String,
+}
+
 /// `POST /v1/acquire`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +84,9 @@ pub struct AcquireRequest {
     /// A limit to use instead of the rules.
     #[serde(default)]
     pub limit: Option<AdhocLimit>,
+    /// More descriptors decided together with `[item, user]` (rules only, not with `limit`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub descriptors: Vec<ApiDescriptor>,
 }
 
 /// The answer to an acquire. A denial is a normal answer (HTTP 200, `allowed: false`).
@@ -77,6 +100,10 @@ pub struct AcquireResponse {
     pub retry_after_ms: Option<u64>,
     /// Milliseconds until the quota is whole again.
     pub reset_after_ms: u64,
+    /// Why an acquire that can never succeed is denied (the amount is more than the limit
+    /// admits at once); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// `POST /v1/refill`: give back tokens acquired but not used.
@@ -92,6 +119,9 @@ pub struct RefillRequest {
     /// The ad-hoc limit the tokens were acquired under, if any.
     #[serde(default)]
     pub limit: Option<AdhocLimit>,
+    /// The extra descriptors the tokens were acquired with, if any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub descriptors: Vec<ApiDescriptor>,
 }
 
 #[derive(Deserialize)]
@@ -197,10 +227,44 @@ impl ApiState {
         Ok(())
     }
 
+    /// `[item, user]` and the request's extra descriptors, checked against the caps.
+    fn descriptors<'r>(
+        &self,
+        user: &'r str,
+        item: &'r str,
+        extra: &'r [ApiDescriptor],
+    ) -> Result<Vec<Vec<(&'r str, &'r str)>>, RequestError> {
+        let options = self.options.load();
+        if extra.len() + 1 > options.max_descriptors {
+            return Err(RequestError::invalid(format!(
+                "{} descriptors; at most {} are allowed besides [item, user]",
+                extra.len(),
+                options.max_descriptors - 1
+            )));
+        }
+        let mut all = Vec::with_capacity(extra.len() + 1);
+        all.push(vec![("item", item), ("user", user)]);
+        for (i, d) in extra.iter().enumerate() {
+            let entries: Vec<(&str, &str)> = d
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect();
+            check_entries(&options, i, entries.iter().copied())?;
+            all.push(entries);
+        }
+        Ok(all)
+    }
+
     async fn acquire(&self, request: &AcquireRequest) -> Result<AcquireResponse, RequestError> {
         let amount = request.amount.unwrap_or(1);
         self.validate(&request.user, &request.item, amount)?;
         if let Some(limit) = &request.limit {
+            if !request.descriptors.is_empty() {
+                return Err(RequestError::invalid(
+                    "`descriptors` apply the rules; they cannot be combined with an ad-hoc `limit`",
+                ));
+            }
             let limiter = self.adhoc(limit)?;
             let key = adhoc_key(&request.user, &request.item);
             if limiter.len() >= MAX_ADHOC_KEYS && !limiter.contains(key.as_str()) {
@@ -213,18 +277,16 @@ impl ApiState {
                         remaining: Some(0),
                         retry_after_ms: Some(1000),
                         reset_after_ms: 1000,
+                        message: None,
                     });
                 }
             }
             return Ok(from_decision(limiter.check(key.as_str(), amount)));
         }
+        let descriptors = self.descriptors(&request.user, &request.item, &request.descriptors)?;
         let engine = self.engine.load_full();
-        let descriptor = [[
-            ("item", request.item.as_str()),
-            ("user", request.user.as_str()),
-        ]];
         let verdict = engine
-            .check(&self.options.load().api_domain, &descriptor, amount)
+            .check(&self.options.load().api_domain, &descriptors, amount)
             .await?;
         let Some(s) = verdict.most_limiting() else {
             return Ok(AcquireResponse {
@@ -232,18 +294,34 @@ impl ApiState {
                 remaining: None,
                 retry_after_ms: None,
                 reset_after_ms: 0,
+                message: None,
             });
         };
-        let never = s.outcome == Outcome::CostExceedsLimit;
+        let never = verdict
+            .statuses
+            .iter()
+            .find(|s| s.outcome == Outcome::CostExceedsLimit);
         Ok(AcquireResponse {
             allowed: verdict.allowed,
             remaining: Some(if verdict.allowed { s.remaining } else { 0 }),
-            retry_after_ms: if verdict.allowed || never {
+            retry_after_ms: if verdict.allowed || never.is_some() {
                 None
             } else {
                 s.retry_after.map(millis)
             },
             reset_after_ms: millis(s.reset_after),
+            message: never.map(|s| {
+                let limit = s.limit.map_or_else(String::new, |(limit, window)| {
+                    format!(
+                        " ({limit} per {})",
+                        sluice_core::format_duration(window)
+                    )
+                });
+                format!(
+                    "amount {amount} can never be acquired at once: it is more than rule `{}`{limit} admits; acquire less at a time or raise the limit",
+                    s.rule_id
+                )
+            }),
         })
     }
 }
@@ -272,7 +350,15 @@ fn millis(d: Duration) -> u64 {
 }
 
 fn from_decision(d: Decision) -> AcquireResponse {
+    let message = match d {
+        Decision::InsufficientCapacity(c) => Some(format!(
+            "amount {} can never be acquired at once: the limit admits at most {} at a time; acquire less at a time or raise the limit",
+            c.cost, c.capacity
+        )),
+        _ => None,
+    };
     AcquireResponse {
+        message,
         allowed: d.is_allowed(),
         remaining: Some(d.remaining()),
         retry_after_ms: d.retry_after().map(millis),
@@ -324,6 +410,11 @@ pub(crate) async fn refill(
     let request: RefillRequest = parse_json(&body)?;
     state.validate(&request.user, &request.item, request.amount)?;
     let refilled = if let Some(limit) = &request.limit {
+        if !request.descriptors.is_empty() {
+            return Err(RequestError::invalid(
+                "`descriptors` apply the rules; they cannot be combined with an ad-hoc `limit`",
+            ));
+        }
         let limiter = state.adhoc(limit)?;
         let now = sluice_core::Clock::now(limiter.clock());
         usize::from(limiter.refill_at(
@@ -332,15 +423,14 @@ pub(crate) async fn refill(
             request.amount,
         ))
     } else {
+        let descriptors = state.descriptors(&request.user, &request.item, &request.descriptors)?;
         let engine = state.engine.load_full();
-        engine.refill(
-            &state.options.load().api_domain,
-            &[
-                ("item", request.item.as_str()),
-                ("user", request.user.as_str()),
-            ],
-            request.amount,
-        )?
+        let domain = &state.options.load().api_domain;
+        let mut took = 0;
+        for d in &descriptors {
+            took += engine.refill(domain, d, request.amount)?;
+        }
+        took
     };
     Ok(Json(
         serde_json::json!({ "refilled": refilled > 0, "rules": refilled }),
