@@ -25,7 +25,7 @@ fn simulate_writes_the_table_the_summary_and_the_plots() {
         "predictive",
         "predictive_sliding",
         "exact",
-        "local",
+        "split",
     ] {
         assert!(stdout.contains(policy), "{stdout}");
     }

@@ -95,7 +95,9 @@ pub(crate) fn nearest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str>
 }
 
 /// "did you mean `x`? " or "" followed by the list of valid choices.
-pub(crate) fn suggestion(word: &str, candidates: &[&str]) -> String {
+/// "did you mean `x`? (valid: ...)", or "write one of ..." when nothing is near: how every
+/// Sluice error names the choices.
+pub fn suggestion(word: &str, candidates: &[&str]) -> String {
     let list = candidates
         .iter()
         .map(|c| format!("`{c}`"))
@@ -149,6 +151,26 @@ fn friendly_found(unexpected: &str) -> String {
 
 /// Turns a YAML or shape error into a located message in our words.
 pub(crate) fn from_yaml(err: &serde_saphyr::Error, text: &str) -> Located {
+    let (line, column, message) = describe_yaml_error(
+        err,
+        text,
+        "the file is empty; a rule file starts with `domain: <name>`",
+    );
+    Located {
+        line,
+        column,
+        message,
+    }
+}
+
+/// A YAML or shape error of any Sluice file (the simulator's scenarios too) as line, column
+/// and a message in `sluice check`'s words: unknown fields with did-you-mean, types in plain
+/// words, no Rust type names. `empty` is the message for an empty file.
+pub fn describe_yaml_error(
+    err: &serde_saphyr::Error,
+    text: &str,
+    empty: &str,
+) -> (u64, u64, String) {
     use serde_saphyr::Error as E;
     let err = err.without_snippet();
     let (line, column) = err.location().map_or((0, 0), |l| (l.line(), l.column()));
@@ -194,7 +216,7 @@ pub(crate) fn from_yaml(err: &serde_saphyr::Error, text: &str) -> Located {
             friendly_type(expected),
             token_at(text, line, column)
         ),
-        E::Eof { .. } => "the file is empty; a rule file starts with `domain: <name>`".to_owned(),
+        E::Eof { .. } => empty.to_owned(),
         other => {
             let text = other.to_string();
             let first = text.lines().next().unwrap_or("invalid YAML");
@@ -204,11 +226,7 @@ pub(crate) fn from_yaml(err: &serde_saphyr::Error, text: &str) -> Located {
             )
         }
     };
-    Located {
-        line,
-        column,
-        message,
-    }
+    (line, column, message)
 }
 
 #[cfg(test)]

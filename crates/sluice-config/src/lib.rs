@@ -41,7 +41,7 @@ mod settings;
 mod store;
 mod target;
 
-pub use error::ConfigError;
+pub use error::{ConfigError, describe_yaml_error, suggestion};
 pub use exact_calls::ExactCalls;
 pub use gateway::{Action, Gateway, HeaderMatch, HeaderMatcher, Route, RouteMatch};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT, Lifecycle};

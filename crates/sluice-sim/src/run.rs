@@ -26,12 +26,26 @@ use crate::report::{EstimateSample, PolicyReport, Report};
 use crate::scenario::Scenario;
 use crate::traffic::{Arrival, Generated, Rng, generate};
 
-/// All policies, in report order.
+/// The policies a scenario runs when it names none, in report order. Each is a rule's mode
+/// and policy as `sluice.yaml` spells them, except `split`: `mode: local` with the limit
+/// divided among the nodes (limit / `nodes.expected`), the static split one would configure
+/// without a shared store.
 pub const POLICIES: [&str; 5] = [
     "reactive",
     "predictive",
     "predictive_sliding",
     "exact",
+    "split",
+];
+
+/// Every policy a scenario may name: [`POLICIES`] and `local` (`mode: local` as written:
+/// every node allows the whole limit).
+pub const ALL_POLICIES: [&str; 6] = [
+    "reactive",
+    "predictive",
+    "predictive_sliding",
+    "exact",
+    "split",
     "local",
 ];
 
@@ -83,6 +97,7 @@ pub fn rule_file(policy: &str, s: &Scenario) -> String {
             ),
         ),
         "exact" => (r.limit, "mode: exact, on_store_error: deny".to_owned()),
+        "local" => (r.limit, "mode: local".to_owned()),
         _ => ((r.limit / expected).max(1), "mode: local".to_owned()),
     };
     format!(

@@ -329,17 +329,12 @@ impl Scenario {
             message,
         };
         let raw: Raw = serde_saphyr::from_str(text).map_err(|e| {
-            let (l, c) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            err(
-                l,
-                c,
-                e.without_snippet()
-                    .to_string()
-                    .lines()
-                    .next()
-                    .unwrap_or("invalid scenario")
-                    .to_owned(),
-            )
+            let (l, c, message) = sluice_config::describe_yaml_error(
+                &e,
+                text,
+                "the file is empty; a scenario starts with `duration_s:` (docs/CONFIG.md)",
+            );
+            err(l, c, message)
         })?;
         let at = |s: &serde_saphyr::Location, m: &str| Err(err(s.line(), s.column(), m.to_owned()));
         if raw.duration_s.value == 0 || raw.duration_s.value > 7 * 86_400 {
@@ -510,13 +505,13 @@ impl Scenario {
             && let Some(bad) = p
                 .value
                 .iter()
-                .find(|x| !crate::POLICIES.contains(&x.as_str()))
+                .find(|x| !crate::run::ALL_POLICIES.contains(&x.as_str()))
         {
             return at(
                 &p.referenced,
                 &format!(
-                    "unknown policy `{bad}`; write any of {}",
-                    crate::POLICIES.join(", ")
+                    "unknown policy `{bad}`; {}",
+                    sluice_config::suggestion(bad, &crate::run::ALL_POLICIES)
                 ),
             );
         }

@@ -1,4 +1,4 @@
-//! The simulator: deterministic, `exact` never over-admits, `local` on one node equals `exact`,
+//! The simulator: deterministic, `exact` never over-admits, `split` on one node equals `exact`,
 //! the seed's bound holds for `reactive`, traces replay, plots are drawn, bad files get precise
 //! errors.
 
@@ -94,10 +94,10 @@ fn shipped_scenarios_are_deterministic_and_exact_never_over_admits() {
 }
 
 #[test]
-fn local_on_one_node_equals_exact() {
+fn split_on_one_node_equals_exact() {
     let s = Scenario::parse(
         "one.yaml",
-        "duration_s: 300\nseed: 9\nrule: { limit: 50, window_s: 30 }\nnodes: { count: 1 }\ntraffic:\n  - steady: { rate: 6, keys: 3 }\npolicies: [local, exact]\n",
+        "duration_s: 300\nseed: 9\nrule: { limit: 50, window_s: 30 }\nnodes: { count: 1 }\ntraffic:\n  - steady: { rate: 6, keys: 3 }\npolicies: [split, exact]\n",
     )
     .unwrap();
     let r = run(&s);
@@ -132,7 +132,7 @@ fn seed_scenario_reactive_stays_within_the_seed_bound() {
 
 #[test]
 fn a_trace_replays_request_by_request() {
-    let yaml = "duration_s: 20\nseed: 1\nrule: { limit: 5, window_s: 10 }\nnodes: { count: 2 }\ntraffic:\n  - trace: { file: t.jsonl }\npolicies: [exact, local]\n";
+    let yaml = "duration_s: 20\nseed: 1\nrule: { limit: 5, window_s: 10 }\nnodes: { count: 2 }\ntraffic:\n  - trace: { file: t.jsonl }\npolicies: [exact, split, local]\n";
     // 8 requests for `a` in the first window (one costing 2), 3 in the second, one past the end.
     let mut trace = String::new();
     for i in 0..7 {
@@ -158,9 +158,17 @@ fn a_trace_replays_request_by_request() {
     let exact = policy(&r, "exact");
     assert_eq!(exact.requests, 11);
     assert_eq!(exact.busiest_key_admitted, vec![5, 3]);
-    // local: 5 / 2 nodes = 2 per node per window.
+    // split: 5 / 2 nodes = 2 per node per window.
+    let split = policy(&r, "split");
+    assert_eq!(split.busiest_key_admitted, vec![4, 2]);
+    // local, as `mode: local` means in a rule: every node allows the whole 5.
     let local = policy(&r, "local");
-    assert_eq!(local.busiest_key_admitted, vec![4, 2]);
+    assert!(
+        local.busiest_key_admitted.iter().sum::<u64>()
+            > exact.busiest_key_admitted.iter().sum::<u64>(),
+        "{:?}",
+        local.busiest_key_admitted
+    );
 
     // From files: the trace path is relative to the scenario.
     let dir = std::env::temp_dir().join(format!("sluice-sim-trace-{}", std::process::id()));
@@ -339,6 +347,29 @@ fn bad_scenarios_get_precise_errors() {
             "affinity <= 1",
         ),
     ];
+    // In `sluice check`'s words: did-you-mean, types in plain words, the place said once.
+    let worded: &[(&str, &str)] = &[
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, windw_s: 1 }\nnodes: { count: 2 }\ntraffic: []\n",
+            "bad.yaml:3:19: unknown field `windw_s`; did you mean `window_s`? (valid: `limit`, `window_s`, `spans`, `cooldown_s`)",
+        ),
+        (
+            "duration_s: ten\n",
+            "bad.yaml:1:13: wrong type: expected a whole number, found `ten`",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic: []\npolicies: [predictve]\n",
+            "bad.yaml:6:11: unknown policy `predictve`; did you mean `predictive`? (valid: `reactive`, `predictive`, `predictive_sliding`, `exact`, `split`, `local`)",
+        ),
+        (
+            "",
+            "bad.yaml:1:1: the file is empty; a scenario starts with `duration_s:` (docs/CONFIG.md)",
+        ),
+    ];
+    for (text, expected) in worded {
+        let err = Scenario::parse("bad.yaml", text).unwrap_err().to_string();
+        assert_eq!(&err, expected);
+    }
     for (text, at, what) in cases {
         let err = Scenario::parse("bad.yaml", text).unwrap_err().to_string();
         assert!(err.starts_with(at), "{err} (expected {at})");
