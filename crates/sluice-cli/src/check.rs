@@ -20,6 +20,12 @@ pub fn render(config: &ServiceConfig) -> String {
         for rule in domain.rules() {
             let (limit, window, algorithm, mode) = match &rule.limit {
                 Limit::Unlimited => ("unlimited".to_owned(), "-".to_owned(), "-", "-"),
+                Limit::Blocked(window) => (
+                    "0".to_owned(),
+                    sluice_core::format_duration(*window),
+                    "blocked",
+                    "-",
+                ),
                 Limit::Limited(spec) => {
                     let r = spec.resolve(&config.defaults);
                     (

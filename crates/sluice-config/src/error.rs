@@ -217,10 +217,23 @@ pub fn describe_yaml_error(
             token_at(text, line, column)
         ),
         E::Eof { .. } => empty.to_owned(),
+        E::NullIntoString { .. } => {
+            "this value is empty; write a text value here (or remove the entry)".to_owned()
+        }
+        E::InvalidBooleanStrict { .. } => format!(
+            "wrong type: expected `true` or `false`, found `{}`",
+            token_at(text, line, column)
+        ),
         other => {
             let text = other.to_string();
             let first = text.lines().next().unwrap_or("invalid YAML");
             let first = first.split(" at line ").next().unwrap_or(first);
+            // Never a Rust type name in a user's error.
+            let first = if first.contains("Option<") || first.contains("::") {
+                "a value of the wrong kind"
+            } else {
+                first
+            };
             format!(
                 "invalid YAML: {first}; check the indentation and the `:` and `- ` markers here"
             )

@@ -77,10 +77,10 @@ impl TryFrom<DomainSource> for Domain {
 }
 
 /// Loads `file`, which is either a `sluice.yaml` or a single Envoy-format rule file (told apart
-/// by a top-level `domain:` key). A rule file alone runs with every other setting at its default.
+/// by a top-level `domain:` or `descriptors:` key, whatever else is wrong with it). A rule file alone runs with every other setting at its default.
 pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
     let text = read(file)?;
-    let is_rule_file = text.lines().any(|l| l.starts_with("domain:"));
+    let is_rule_file = looks_like_rule_file(&text);
     if is_rule_file {
         let domain = parse_domain(file, &text)?;
         let api_domain = domain.name().to_owned();
@@ -147,4 +147,20 @@ fn redact(error: ConfigError, secrets: &[&str]) -> ConfigError {
         }
         other => other,
     }
+}
+
+/// Whether a file is a rule file: a top-level `domain` or `descriptors` key (quoted or not),
+/// so that a rule file with mistakes gets errors about rules, not about `sluice.yaml`.
+pub(crate) fn looks_like_rule_file(text: &str) -> bool {
+    text.lines().any(|line| {
+        let Some(first) = line.chars().next() else {
+            return false;
+        };
+        if first.is_whitespace() || first == '#' || first == '-' {
+            return false;
+        }
+        let key = line.split(':').next().unwrap_or("").trim();
+        let key = key.trim_matches(|c| c == '"' || c == '\'');
+        line.contains(':') && (key == "domain" || key == "descriptors")
+    })
 }

@@ -36,7 +36,7 @@ pub(crate) struct RawRateLimit {
     pub unlimited: bool,
     pub name: Option<Spanned<String>>,
     #[serde(default)]
-    pub replaces: Vec<RawReplaces>,
+    pub replaces: Vec<Spanned<Option<RawReplaces>>>,
     // Sluice extensions.
     pub window: Option<Spanned<String>>,
     pub algorithm: Option<Spanned<String>>,
@@ -52,7 +52,7 @@ pub(crate) struct RawRateLimit {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawReplaces {
-    pub name: Spanned<String>,
+    pub name: Option<Spanned<String>>,
 }
 
 /// `sluice.yaml`.

@@ -356,15 +356,31 @@ impl Builder<'_> {
                     (n.referenced.line(), n.referenced.column()),
                 );
             }
-            let replaces: Vec<String> = raw
-                .value
-                .replaces
-                .iter()
-                .map(|r| r.name.value.clone())
-                .collect();
-            for r in &raw.value.replaces {
+            let mut replaces = Vec::with_capacity(raw.value.replaces.len());
+            for entry in &raw.value.replaces {
+                let Some(replaced) = entry
+                    .value
+                    .as_ref()
+                    .and_then(|r| r.name.as_ref())
+                    .filter(|n| !n.value.is_empty())
+                else {
+                    return Err(Located::at(
+                        entry,
+                        "this `replaces` entry names no rule; write `- name: <the other rule's name>` or remove the entry",
+                    ));
+                };
+                if name.as_deref() == Some(replaced.value.as_str()) {
+                    return Err(Located::at(
+                        replaced,
+                        format!(
+                            "rule `{}` replaces itself; `replaces` names another rule that this one takes the place of when both match",
+                            replaced.value
+                        ),
+                    ));
+                }
                 self.pending_replaces
-                    .push((Located::at(&r.name, ""), r.name.value.clone()));
+                    .push((Located::at(replaced, ""), replaced.value.clone()));
+                replaces.push(replaced.value.clone());
             }
             indices.push(self.rules.len());
             self.rules.push(Rule {
@@ -430,14 +446,39 @@ impl Builder<'_> {
                 "this rate_limit has no `requests_per_unit`; add e.g. `requests_per_unit: 100`",
             ));
         };
-        if rpu.value <= 0 {
+        if rpu.value < 0 {
             return Err(Located::at(
                 rpu,
                 format!(
-                    "requests_per_unit must be at least 1, found {}; to block a key, use a small limit and a long window",
+                    "requests_per_unit must be 0 (deny every request) or more, found {}",
                     rpu.value
                 ),
             ));
+        }
+        if rpu.value == 0 {
+            // Envoy's banned value: every request over the limit. Nothing else applies.
+            let extensions = [
+                ("algorithm", r.algorithm.as_ref().map(|s| s.referenced)),
+                ("mode", r.mode.as_ref().map(|s| s.referenced)),
+                ("burst", r.burst.as_ref().map(|s| s.referenced)),
+                ("max_delay", r.max_delay.as_ref().map(|s| s.referenced)),
+                ("spans", r.spans.as_ref().map(|s| s.referenced)),
+                ("cooldown", r.cooldown.as_ref().map(|s| s.referenced)),
+                (
+                    "on_store_error",
+                    r.on_store_error.as_ref().map(|s| s.referenced),
+                ),
+                ("policy", r.policy.as_ref().map(|s| s.referenced)),
+            ];
+            if let Some((field, Some(at))) = extensions.into_iter().find(|(_, at)| at.is_some()) {
+                return Err(Located::at_location(
+                    &at,
+                    format!(
+                        "`{field}` has nothing to do on a rule with `requests_per_unit: 0` (it denies every request); remove it"
+                    ),
+                ));
+            }
+            return Ok(Limit::Blocked(window));
         }
         if rpu.value > i64::from(u32::MAX) {
             return Err(Located::at(

@@ -252,6 +252,9 @@ pub enum Limit {
     Unlimited,
     /// A real limit.
     Limited(LimitSpec),
+    /// `requests_per_unit: 0`: every request is over the limit (a banned value, as in Envoy's
+    /// ratelimit service); the window is what responses report.
+    Blocked(Duration),
 }
 
 pub(crate) const UNITS: &[&str] = &["second", "minute", "hour", "day", "week", "month", "year"];
@@ -413,6 +416,7 @@ impl fmt::Display for Limit {
         match self {
             Limit::Unlimited => f.write_str("unlimited"),
             Limit::Limited(spec) => write!(f, "{}", spec.rate),
+            Limit::Blocked(window) => write!(f, "0/{}", sluice_core::format_duration(*window)),
         }
     }
 }

@@ -327,7 +327,7 @@ impl Engine {
                 RuleKind::Local(local) => Ok(local.refill(key, now, amount)),
                 RuleKind::Synced(synced) => Ok(synced.refill(key, amount)),
                 RuleKind::Exact(_) => Err(EngineError::RefillUnsupported(rule.id.to_string())),
-                RuleKind::Unlimited => Ok(false),
+                RuleKind::Unlimited | RuleKind::Blocked => Ok(false),
             })?;
             refilled += usize::from(took);
         }

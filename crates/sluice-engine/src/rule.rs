@@ -22,6 +22,8 @@ use crate::verdict::Reason;
 /// A rule's limiter.
 pub(crate) enum RuleKind {
     Unlimited,
+    /// `requests_per_unit: 0`: every request with a cost is over the limit (its capacity is 0).
+    Blocked,
     Local(LocalLimiter),
     Synced(SyncedRule),
     Exact(ExactRule),
@@ -75,11 +77,24 @@ impl RuleEngine {
                 }),
                 None,
             ),
+            // A look at cost 0 is answered, as any rule answers it: nothing left.
+            RuleKind::Blocked if cost == 0 => (
+                Decision::Allowed(Allowed {
+                    remaining: 0,
+                    reset_after: Duration::ZERO,
+                    delay: Duration::ZERO,
+                }),
+                None,
+            ),
             _ if cost > self.capacity => (
                 Decision::InsufficientCapacity(InsufficientCapacity {
                     cost,
                     capacity: self.capacity,
                 }),
+                None,
+            ),
+            RuleKind::Blocked => (
+                Decision::InsufficientCapacity(InsufficientCapacity { cost, capacity: 0 }),
                 None,
             ),
             RuleKind::Local(local) => with_key(values(), |key| {

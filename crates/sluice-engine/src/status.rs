@@ -118,6 +118,7 @@ impl Engine {
         let now = self.now();
         let (mode, tracked) = match &*rule.kind {
             RuleKind::Unlimited => ("unlimited", 0),
+            RuleKind::Blocked => ("blocked", 0),
             RuleKind::Local(l) => ("local", l.len()),
             RuleKind::Synced(s) => ("synced", s.keys.len()),
             RuleKind::Exact(e) => ("exact", e.len()),
@@ -148,6 +149,7 @@ impl Engine {
                         }),
                     RuleKind::Exact(e) => (None, e.is_blocked(&slot.key, now)),
                     RuleKind::Unlimited => (None, false),
+                    RuleKind::Blocked => (Some(0), true),
                 };
                 KeyReport {
                     key: display_key(&slot.key),

@@ -47,7 +47,7 @@ impl RuleTable {
                 .iter()
                 .map(|rule| {
                     let settings = match &rule.limit {
-                        Limit::Unlimited => None,
+                        Limit::Unlimited | Limit::Blocked(_) => None,
                         Limit::Limited(spec) => Some(spec.resolve(defaults)),
                     };
                     let kept = previous.and_then(|p| {
@@ -174,7 +174,10 @@ fn rule_engine(
     // A kept rule keeps its limiter (and counters); only a new or changed one builds its own.
     let (kind, policy) = match (kept, &settings) {
         (Some(kept), _) => kept,
-        (None, None) => (Arc::new(RuleKind::Unlimited), "unlimited"),
+        (None, None) => match rule.limit {
+            sluice_config::Limit::Blocked(_) => (Arc::new(RuleKind::Blocked), "blocked"),
+            _ => (Arc::new(RuleKind::Unlimited), "unlimited"),
+        },
         (None, Some(r)) => {
             let (kind, policy) = limiter(rule, r, clock, options);
             (Arc::new(kind), policy)
@@ -185,10 +188,16 @@ fn rule_engine(
         id: rule.id.as_str().into(),
         name: rule.name.as_deref().map(Arc::from),
         shadow: rule.shadow_mode,
-        limit: settings.as_ref().map(|r| (r.rate.limit(), r.rate.window())),
-        capacity: settings
-            .as_ref()
-            .map_or(u64::MAX, crate::local::capacity_of),
+        limit: match rule.limit {
+            sluice_config::Limit::Blocked(window) => Some((0, window)),
+            _ => settings.as_ref().map(|r| (r.rate.limit(), r.rate.window())),
+        },
+        capacity: match rule.limit {
+            sluice_config::Limit::Blocked(_) => 0,
+            _ => settings
+                .as_ref()
+                .map_or(u64::MAX, crate::local::capacity_of),
+        },
         policy,
         kind,
         settings,

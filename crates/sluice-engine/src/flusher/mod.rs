@@ -484,7 +484,7 @@ impl Flusher {
                 gauge!("sluice_blocked_keys", "rule" => id()).set(exact.blocked() as f64);
                 evicted
             }
-            RuleKind::Unlimited => 0,
+            RuleKind::Unlimited | RuleKind::Blocked => 0,
         }
     }
 
