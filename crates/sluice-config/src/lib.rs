@@ -40,6 +40,7 @@ mod service;
 mod settings;
 mod store;
 mod target;
+mod wildcard;
 
 pub use error::{ConfigError, describe_yaml_error, suggestion};
 pub use exact_calls::ExactCalls;
@@ -57,3 +58,4 @@ pub use service::{DEFAULT_FLUSH_CHUNK_ITEMS, HeaderStyle, Listen, ServiceConfig}
 pub use target::{
     ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget, StoreConfig,
 };
+pub use wildcard::Wildcard;

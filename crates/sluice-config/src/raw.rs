@@ -25,6 +25,13 @@ pub(crate) struct RawDescriptor {
     pub shadow_mode: bool,
     #[serde(default)]
     pub detailed_metric: bool,
+    #[serde(default)]
+    pub value_to_metric: bool,
+    #[serde(default)]
+    pub share_threshold: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub quota_mode: bool,
+    pub metadata: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]

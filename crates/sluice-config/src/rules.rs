@@ -30,8 +30,17 @@ pub struct Rule {
     pub limit: Limit,
     /// Counted but never denies.
     pub shadow_mode: bool,
-    /// Envoy's per-value metrics flag.
+    /// Counts decisions per descriptor value (`detailed_metric` or `value_to_metric`, bounded).
     pub detailed_metric: bool,
+    /// `quota_mode`: over this limit, a request is denied only when every quota-mode rule it
+    /// matched is over too (or a normal rule is).
+    pub quota_mode: bool,
+    /// `metadata` of the descriptor: returned to Envoy in the response's dynamic metadata.
+    pub metadata: Option<serde_json::Value>,
+    /// `share_threshold`: (entry index, wildcard) for each entry matched by a sharing
+    /// wildcard; that entry's value counts as the pattern, so all matching values share one
+    /// counter.
+    pub shared_values: Vec<(usize, String)>,
     /// Names of rules this one replaces when both match one request.
     pub replaces: Vec<String>,
     /// Line and column of the limit in its file.
@@ -50,7 +59,8 @@ struct Level {
 #[derive(Clone, Debug, Default)]
 struct KeyMatchers {
     exact: FastMap<String, usize>,
-    prefixes: Vec<(String, usize)>,
+    /// Values with `*`, tried in file order (the first that matches wins).
+    wildcards: Vec<(crate::wildcard::Wildcard, usize)>,
     any: Option<usize>,
 }
 
@@ -133,7 +143,7 @@ impl Domain {
             };
             m.exact
                 .values()
-                .chain(m.prefixes.iter().map(|(_, n)| n))
+                .chain(m.wildcards.iter().map(|(_, n)| n))
                 .chain(m.any.iter())
                 .any(|&n| {
                     let node = &domain.nodes[n];
@@ -184,10 +194,9 @@ impl Level {
             return Some(node);
         }
         matchers
-            .prefixes
+            .wildcards
             .iter()
-            .filter(|(prefix, _)| value.starts_with(prefix.as_str()))
-            .max_by_key(|(prefix, _)| prefix.len())
+            .find(|(w, _)| w.matches(value))
             .map(|&(_, node)| node)
             .or(matchers.any)
     }
@@ -239,6 +248,8 @@ struct Builder<'a> {
     names: HashMap<String, (u64, u64)>,
     /// (rule index, replaced name and its location) to resolve once all names are known.
     pending_replaces: Vec<(Located, String)>,
+    /// For each level above the one being built: the sharing wildcard of its entry, if any.
+    share_stack: Vec<Option<String>>,
 }
 
 impl Builder<'_> {
@@ -253,15 +264,12 @@ impl Builder<'_> {
                     "descriptor `key` is empty; write the descriptor key the client sends, e.g. `key: user`",
                 ));
             }
-            let value = descriptor.value.as_ref().map(|v| v.value.clone());
-            if let Some(v) = &descriptor.value
-                && v.value.is_empty()
-            {
-                return Err(Located::at(
-                    v,
-                    "descriptor `value` is empty; remove `value:` to match every value of the key",
-                ));
-            }
+            // An empty value is no value (every value of the key), as in Envoy's service.
+            let value = descriptor
+                .value
+                .as_ref()
+                .map(|v| v.value.clone())
+                .filter(|v| !v.is_empty());
             let slot = (key.value.clone(), value.clone());
             if let Some(first_line) = seen.get(&slot) {
                 let what = match &value {
@@ -285,17 +293,39 @@ impl Builder<'_> {
             } else {
                 format!("{parent_path}/{segment}")
             };
+            let shared = match &descriptor.share_threshold {
+                Some(flag) if flag.value => match &value {
+                    Some(v) if v.contains('*') => Some(v.clone()),
+                    _ => {
+                        return Err(Located::at(
+                            flag,
+                            "`share_threshold` applies only to a wildcard value (one with `*`, e.g. `value: files/*`): all values it matches then share one counter",
+                        ));
+                    }
+                },
+                _ => None,
+            };
+            if let Some(metadata) = &descriptor.metadata
+                && !metadata.value.is_object()
+            {
+                return Err(Located::at(
+                    metadata,
+                    "`metadata` is a mapping of names to values (e.g. `metadata: { tier: gold }`); it is returned to Envoy as dynamic metadata",
+                ));
+            }
+            self.share_stack.push(shared);
             let rules = self.limits(descriptor, &path)?;
             let children = self.level(&descriptor.descriptors, &path)?;
+            self.share_stack.pop();
             let index = self.nodes.len();
             self.nodes.push(Node { rules, children });
             let matchers = level.keys.entry(key.value.clone()).or_default();
             match value {
                 None => matchers.any = Some(index),
-                Some(v) if v.ends_with('*') => {
-                    matchers
-                        .prefixes
-                        .push((v.trim_end_matches('*').to_owned(), index));
+                Some(v) if v.contains('*') => {
+                    if let Some(w) = crate::wildcard::Wildcard::new(&v) {
+                        matchers.wildcards.push((w, index));
+                    }
                 }
                 Some(v) => {
                     matchers.exact.insert(v, index);
@@ -390,7 +420,15 @@ impl Builder<'_> {
                 name,
                 limit,
                 shadow_mode: descriptor.shadow_mode,
-                detailed_metric: descriptor.detailed_metric,
+                detailed_metric: descriptor.detailed_metric || descriptor.value_to_metric,
+                quota_mode: descriptor.quota_mode,
+                metadata: descriptor.metadata.as_ref().map(|m| m.value.clone()),
+                shared_values: self
+                    .share_stack
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(depth, w)| w.clone().map(|w| (depth, w)))
+                    .collect(),
                 replaces,
                 position: (raw.referenced.line(), raw.referenced.column()),
             });
@@ -580,6 +618,7 @@ impl Domain {
             nodes: Vec::new(),
             names: HashMap::new(),
             pending_replaces: Vec::new(),
+            share_stack: Vec::new(),
         };
         let root = builder.level(&raw.descriptors, "")?;
         for (at, name) in &builder.pending_replaces {

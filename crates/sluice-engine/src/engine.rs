@@ -263,6 +263,7 @@ impl Engine {
             allowed: true,
             statuses: SmallVec::new(),
         };
+        let (mut quota_rules, mut quota_over) = (0usize, 0usize);
         for m in table.domain.match_request(descriptors) {
             let rule = &table.rules[m.rule.index];
             let cost = if verdict.allowed || rule.shadow {
@@ -275,7 +276,15 @@ impl Engine {
             let (decision, reason) = rule
                 .check(&self.flusher, max_keys, entries, now, cost)
                 .await;
-            let outcome = outcome_of(rule, &decision);
+            let mut outcome = outcome_of(rule, &decision);
+            if rule.quota && !rule.shadow {
+                quota_rules += 1;
+                if matches!(outcome, Outcome::Denied | Outcome::CostExceedsLimit) {
+                    // Over a soft limit: decided once every quota-mode rule is seen.
+                    outcome = Outcome::QuotaExceeded;
+                    quota_over += 1;
+                }
+            }
             // A rule only queried (at cost 0, after an enforcing denial) did not decide.
             if verdict.allowed || rule.shadow {
                 count_decision(domain, rule, outcome, reason);
@@ -294,7 +303,18 @@ impl Engine {
                 reset_after: decision.reset_after(),
                 retry_after: decision.retry_after(),
                 policy: rule.policy,
+                quota_mode: rule.quota && !rule.shadow,
+                metadata: rule.metadata.as_deref(),
             });
+        }
+        // Quota mode (Envoy's soft limits): over only when every quota-mode rule is over.
+        if quota_rules > 0 && quota_over == quota_rules {
+            verdict.allowed = false;
+            for s in verdict.statuses.iter_mut() {
+                if s.outcome == Outcome::QuotaExceeded {
+                    s.outcome = Outcome::Denied;
+                }
+            }
         }
         timer.finish();
         Ok(verdict)
@@ -322,8 +342,7 @@ impl Engine {
         let mut refilled = 0;
         for rule in table.domain.match_descriptor(entries) {
             let rule = &table.rules[rule.index];
-            let values = entries.iter().map(|(_, v)| v.as_ref());
-            let took = with_key(values, |key| match &*rule.kind {
+            let took = with_key(rule.key_values(entries), |key| match &*rule.kind {
                 RuleKind::Local(local) => Ok(local.refill(key, now, amount)),
                 RuleKind::Synced(synced) => Ok(synced.refill(key, amount)),
                 RuleKind::Exact(_) => Err(EngineError::RefillUnsupported(rule.id.to_string())),
@@ -353,8 +372,9 @@ impl Engine {
                 let RuleKind::Synced(synced) = &*rule.kind else {
                     return None;
                 };
-                let values = entries.iter().map(|(_, v)| v.as_ref());
-                let info = with_key(values, |key| synced.key_info(key, now, self.flusher.view()))?;
+                let info = with_key(rule.key_values(entries), |key| {
+                    synced.key_info(key, now, self.flusher.view())
+                })?;
                 let rule_id = rule.id.clone();
                 Some(KeyInfo { rule_id, ..info })
             })
@@ -455,7 +475,11 @@ fn count_decision(domain: &str, rule: &RuleEngine, outcome: Outcome, reason: Opt
             "sluice_decisions_total",
             "domain" => domain.to_owned(),
             "rule" => rule.id.to_string(),
-            "outcome" => if outcome == Outcome::ShadowDenied { "shadow_denied" } else { "denied" },
+            "outcome" => match outcome {
+                Outcome::ShadowDenied => "shadow_denied",
+                Outcome::QuotaExceeded => "quota_exceeded",
+                _ => "denied",
+            },
             "reason" => reason.map_or("cost_exceeds_limit", Reason::as_str)
         )
         .increment(1),

@@ -96,7 +96,7 @@ impl RuleStats {
         let counter = match outcome {
             Outcome::Allowed | Outcome::Unlimited => &self.allowed,
             Outcome::ShadowDenied => &self.shadow_denied,
-            Outcome::Denied | Outcome::CostExceedsLimit => &self.denied,
+            Outcome::Denied | Outcome::CostExceedsLimit | Outcome::QuotaExceeded => &self.denied,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

@@ -54,9 +54,29 @@ pub(crate) struct RuleEngine {
     pub stats: crate::heavy::RuleStats,
     /// Per-value counts (`detailed_metric: true`).
     pub detailed: Option<crate::detailed::DetailedStats>,
+    /// `share_threshold`: entries whose value counts as their wildcard pattern.
+    pub shared: Box<[(usize, Box<str>)]>,
+    /// `quota_mode`.
+    pub quota: bool,
+    /// The descriptor's `metadata`, for Envoy's dynamic metadata.
+    pub metadata: Option<Arc<serde_json::Value>>,
 }
 
 impl RuleEngine {
+    /// The values that name a descriptor's key under this rule: the request's, except that
+    /// an entry matched by a sharing wildcard (`share_threshold`) counts as the pattern.
+    pub(crate) fn key_values<'a, K: AsRef<str>, V: AsRef<str>>(
+        &'a self,
+        entries: &'a [(K, V)],
+    ) -> impl Iterator<Item = &'a str> + Clone + 'a {
+        entries.iter().enumerate().map(move |(i, (_, v))| {
+            self.shared
+                .iter()
+                .find(|(depth, _)| *depth == i)
+                .map_or(v.as_ref(), |(_, pattern)| &**pattern)
+        })
+    }
+
     /// Decides one descriptor (its `entries`) at `now` for `cost`. Local and synced rules
     /// never wait on I/O; exact ones ask the store through `flusher`.
     pub(crate) async fn check<K: AsRef<str>, V: AsRef<str>>(
@@ -67,7 +87,7 @@ impl RuleEngine {
         now: Nanos,
         cost: u64,
     ) -> (Decision, Option<Reason>) {
-        let values = || entries.iter().map(|(_, v)| v.as_ref());
+        let values = || self.key_values(entries);
         match &*self.kind {
             RuleKind::Unlimited => (
                 Decision::Allowed(Allowed {

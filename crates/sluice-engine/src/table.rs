@@ -208,5 +208,12 @@ fn rule_engine(
         detailed: rule
             .detailed_metric
             .then(|| crate::detailed::DetailedStats::new(domain.name(), &rule.id)),
+        shared: rule
+            .shared_values
+            .iter()
+            .map(|(depth, pattern)| (*depth, pattern.as_str().into()))
+            .collect(),
+        quota: rule.quota_mode,
+        metadata: rule.metadata.clone().map(Arc::new),
     }
 }

@@ -135,7 +135,7 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_decisions_total",
         Counter,
-        "Decisions per rule (labels domain, rule, outcome: allowed, denied, shadow_denied; reason of a denial: local_budget, estimate, global_block, fallback, exact, cached_over_limit, store_error, cost_exceeds_limit). A rule after an enforcing denial in the same request is not counted.",
+        "Decisions per rule (labels domain, rule, outcome: allowed, denied, shadow_denied, quota_exceeded (over a quota_mode limit; the request was denied only when every quota-mode rule it matched was over); reason of a denial: local_budget, estimate, global_block, fallback, exact, cached_over_limit, store_error, cost_exceeds_limit). A rule after an enforcing denial in the same request is not counted.",
         LATER,
     ),
     family(

@@ -19,6 +19,9 @@ pub enum Outcome {
     Unlimited,
     /// The cost can never fit in the limit.
     CostExceedsLimit,
+    /// Over a `quota_mode` limit, and the request went on: another quota-mode rule it matched
+    /// still had room (when none has, every quota-mode rule over its limit reports `Denied`).
+    QuotaExceeded,
 }
 
 /// Why a rule denied (or would have, in shadow mode).
@@ -80,6 +83,10 @@ pub struct RuleStatus<'e> {
     pub retry_after: Option<Duration>,
     /// Which policy decided: `local`, `predictive`, `reactive`, `exact`.
     pub policy: &'static str,
+    /// The rule is in `quota_mode`.
+    pub quota_mode: bool,
+    /// The matched descriptor's `metadata` from the rule file.
+    pub metadata: Option<&'e serde_json::Value>,
 }
 
 /// The answer for a whole request.

@@ -121,11 +121,10 @@ pub(crate) async fn decide(
     let verdict = engine
         .check_each(&request.domain, &descriptors, &costs)
         .await?;
-    Ok(response(
-        &verdict,
-        descriptors.len(),
-        options.response_headers,
-    ))
+    let mut answer = response(&verdict, descriptors.len(), options.response_headers);
+    answer.dynamic_metadata =
+        crate::metadata::dynamic_metadata(&request.domain, &descriptors, &verdict);
+    Ok(answer)
 }
 
 fn unit_of(window: Duration) -> Unit {

@@ -100,6 +100,9 @@ pub(crate) async fn should_rate_limit(
         })
         .collect();
     let mut out = json!({ "overallCode": code_name(response.overall_code), "statuses": statuses });
+    if let Some(metadata) = &response.dynamic_metadata {
+        out["dynamicMetadata"] = crate::metadata::to_json(metadata);
+    }
     if !response.response_headers_to_add.is_empty() {
         out["responseHeadersToAdd"] = response
             .response_headers_to_add

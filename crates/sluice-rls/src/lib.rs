@@ -12,6 +12,7 @@ mod api;
 mod error;
 mod grpc;
 mod json;
+mod metadata;
 
 use std::sync::Arc;
 
