@@ -17,10 +17,10 @@ fn push_number(buf: &mut Vec<u8>, n: u64) {
     buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-/// The rate-limit header fields of a verdict: at most five, no map of their own.
+/// The rate-limit header fields of a verdict: at most six, no map of their own.
 #[derive(Debug, Default)]
 pub struct RateLimitFields {
-    fields: [Option<(HeaderName, HeaderValue)>; 5],
+    fields: [Option<(HeaderName, HeaderValue)>; 6],
 }
 
 impl RateLimitFields {
@@ -40,7 +40,8 @@ impl RateLimitFields {
 
 /// The fields `style` asks for, describing the most limiting matched rule:
 /// `RateLimit-Policy: "<rule>";q=<limit>;w=<window s>` and `RateLimit: "<rule>";r=<left>;t=<reset s>`
-/// (draft-ietf-httpapi-ratelimit-headers), and/or `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
+/// (draft-ietf-httpapi-ratelimit-headers), and/or `X-RateLimit-Limit`, `-Remaining`, `-Reset`
+/// and, on a denial, `X-RateLimit-Retry-After` (whole seconds, as `Retry-After`).
 /// Built with integer formatting into one buffer per value (this runs on every request).
 pub fn rate_limit_fields(verdict: &Verdict<'_>, style: HeaderStyle) -> RateLimitFields {
     let mut out = RateLimitFields::default();
@@ -82,6 +83,12 @@ pub fn rate_limit_fields(verdict: &Verdict<'_>, style: HeaderStyle) -> RateLimit
         out.push("x-ratelimit-limit", Some(HeaderValue::from(limit)));
         out.push("x-ratelimit-remaining", Some(HeaderValue::from(remaining)));
         out.push("x-ratelimit-reset", Some(HeaderValue::from(reset)));
+        if !verdict.allowed {
+            out.push(
+                "x-ratelimit-retry-after",
+                Some(HeaderValue::from(retry_after_secs(verdict))),
+            );
+        }
     }
     out
 }

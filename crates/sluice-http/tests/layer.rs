@@ -231,7 +231,14 @@ async fn path_templates_cost_and_several_descriptors() {
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-ratelimit-limit"], "5");
     assert_eq!(r.headers()["x-ratelimit-remaining"], "3");
-    assert_eq!(h.statuses(2, "/users/2", &[], PEER).await, [200, 429]);
+    assert!(!r.headers().contains_key("x-ratelimit-retry-after"));
+    assert_eq!(h.statuses(1, "/users/2", &[], PEER).await, [200]);
+    // Denied: the legacy set names the wait too, equal to `Retry-After`.
+    let denied = h.send("GET", "/users/3", &[], PEER).await;
+    assert_eq!(denied.status(), 429);
+    let retry = &denied.headers()["retry-after"];
+    assert_eq!(&denied.headers()["x-ratelimit-retry-after"], retry);
+    assert!(retry.to_str().unwrap().parse::<u64>().unwrap() >= 1);
     // Unmatched path: no route, no limit.
     assert_eq!(h.statuses(3, "/other", &[], PEER).await, [200, 200, 200]);
 }
