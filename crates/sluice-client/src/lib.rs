@@ -6,6 +6,9 @@
 //! user's ranking; only that server's users move. The failed server is retried after a
 //! backoff, and its users come back as soon as it answers again.
 //!
+//! [`Leases`] takes tokens in batches and hands them out with no call per use, returning
+//! what goes unused.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), sluice_client::ClientError> {
 //! let client = sluice_client::SluiceClient::new(
@@ -18,6 +21,10 @@
 //! }
 //! # Ok(()) }
 //! ```
+
+mod lease;
+
+pub use lease::{LeaseOptions, LeaseStats, Leases};
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
