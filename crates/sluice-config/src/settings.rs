@@ -260,6 +260,8 @@ pub enum Limit {
 pub(crate) const UNITS: &[&str] = &["second", "minute", "hour", "day", "week", "month", "year"];
 /// The sliding log keeps an entry per admission; above this it is the wrong tool.
 pub(crate) const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+/// The longest `cooldown`, in windows: a penalty may outlast the window that earned it.
+pub const MAX_COOLDOWN_WINDOWS: u32 = 10;
 /// Spans shorter than this cannot be flushed on time.
 const MIN_SPAN: Duration = Duration::from_millis(10);
 const MAX_SPANS: i64 = 1000;
@@ -397,14 +399,14 @@ pub(crate) fn check_settings_fit(
         }
     }
     if let Some(cooldown) = settings.cooldown
-        && cooldown > rate.window()
+        && cooldown > rate.window().saturating_mul(MAX_COOLDOWN_WINDOWS)
     {
         return Err(loc(
             "cooldown",
             format!(
-                "cooldown ({}) is longer than the window ({}); a blocked key would stay blocked after its quota is back; use at most the window, or 0s for until the window ends",
+                "cooldown ({}) is longer than {MAX_COOLDOWN_WINDOWS} windows ({}); a penalty may outlast the window, up to {MAX_COOLDOWN_WINDOWS} of them (2 to 3 windows suits aggressive traffic)",
                 sluice_core::format_duration(cooldown),
-                sluice_core::format_duration(rate.window())
+                sluice_core::format_duration(rate.window().saturating_mul(MAX_COOLDOWN_WINDOWS))
             ),
         ));
     }

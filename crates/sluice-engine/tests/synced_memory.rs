@@ -597,3 +597,56 @@ async fn a_small_limit_still_admits_its_share_while_the_store_is_down() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_penalty_longer_than_the_window_holds_on_every_instance() {
+    // 10 per 10 s with a 30 s cooldown, two instances on one store. Instance 0 takes the
+    // key over its limit late in a window; instance 1 first sees the key in the next window
+    // and learns of the penalty from its first flush reply.
+    let window_ns = 10 * SECOND;
+    let rules = rules(
+        "domain: d\ndescriptors:\n  - key: user\n    rate_limit: { window: 10s, requests_per_unit: 10, spans: 5, cooldown: 30s }\n",
+    );
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::new(&rules, store, &[0, 0], true);
+    let start = (T0 / window_ns + 1) * window_ns;
+    let at = |t: u64| {
+        store_clock.set(t);
+        fleet.set_time(t);
+    };
+    at(start + 8 * SECOND);
+    let mut admitted = 0;
+    for _ in 0..15 {
+        admitted += u64::from(fleet.check(0, "mallory").allowed);
+    }
+    assert_eq!(admitted, 10);
+    fleet.flush_all_ok().await;
+    // Next window: instance 0 keeps the block across the roll.
+    at(start + window_ns + SECOND);
+    assert!(!fleet.check(0, "mallory").allowed);
+    // Instance 1 admits its cold share until its first flush, then applies the penalty.
+    let before = u64::from(fleet.check(1, "mallory").allowed);
+    fleet.flush_all_ok().await;
+    at(start + window_ns + 2 * SECOND);
+    let verdict = fleet.check(1, "mallory");
+    assert!(!verdict.allowed, "{verdict:?}");
+    assert_eq!(
+        verdict.statuses[0].reason,
+        Some(sluice_engine::Reason::GlobalBlock)
+    );
+    // Two windows on, both still block; once the cooldown is over, the penalty is lifted.
+    at(start + 3 * window_ns + 5 * SECOND);
+    assert!(!fleet.check(0, "mallory").allowed && !fleet.check(1, "mallory").allowed);
+    at(start + 4 * window_ns + SECOND);
+    fleet.flush_all_ok().await;
+    let (a, b) = (fleet.check(0, "mallory"), fleet.check(1, "mallory"));
+    assert!(a.allowed, "{a:?}");
+    // (Instance 1 may still hold back on its estimate of the others; the penalty is over.)
+    assert_ne!(
+        b.statuses[0].reason,
+        Some(sluice_engine::Reason::GlobalBlock),
+        "{b:?}"
+    );
+    eprintln!("instance 1 admitted {before} before it heard of the penalty");
+}

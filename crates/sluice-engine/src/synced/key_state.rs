@@ -316,6 +316,23 @@ impl KeyState {
         }
         let used = match self.room_for(p, shared, window_start, now, cost, store) {
             Ok(used) => used,
+            // A penalty (a cooldown longer than the window), and the limit is certainly used
+            // up: our own count and the others' as last read (counts only grow in a window)
+            // leave no room, an estimate aside. The block starts now, and the refused request
+            // is counted once, so the store's total goes over the limit and every instance
+            // learns of it from its next flush reply (this window's total, or the previous
+            // window's after a roll).
+            Err(Refusal::Limit)
+                if p.cooldown_ns > p.window_ns
+                    && u64::from(self.local) + u64::from(self.others_read) + cost > p.limit =>
+            {
+                self.block(p, window_start, now);
+                self.local = self.local.saturating_add(1);
+                self.unflushed = self.unflushed.saturating_add(1);
+                self.activity.ask_early();
+                let retry = self.blocked_until(p, window_start).saturating_sub(now);
+                return (denied(retry), Some(Reason::GlobalBlock));
+            }
             Err(Refusal::Limit) => return (denied(reset_after), Some(Reason::Estimate)),
             // The budget is set again at the next reply: the span's flush.
             Err(Refusal::Budget) => return (denied(span_end - now), Some(Reason::Estimate)),

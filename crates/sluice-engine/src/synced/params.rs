@@ -51,7 +51,7 @@ impl SyncedParams {
     }
 
     /// How the key's times are kept: offsets from its window start in `window / 2^28` (at
-    /// least 1 ns), so 32 bits reach four windows either way (a cooldown is at most a window).
+    /// least 1 ns), so 32 bits reach sixteen windows ahead (a cooldown is at most ten windows).
     pub(crate) fn timeline(&self) -> Timeline {
         Timeline::new((self.window_ns >> 28).max(1))
     }

@@ -82,6 +82,69 @@ fn a_cooldown_that_crosses_the_window_end_keeps_its_time() {
     )));
 }
 
+/// A flush of `key` at `t` answered with `total` (and `previous` for the last window).
+fn flush_with(r: &SyncedRule, key_total: (u64, Option<u64>), t: Nanos) {
+    let mut items = Vec::new();
+    let mut pending = Vec::new();
+    r.prepare_flush(t, &Arc::from("me"), &mut items, &mut pending);
+    let outcome = FlushOutcome {
+        total: key_total.0,
+        previous_total: key_total.1,
+        entries: Vec::new(),
+    };
+    let outcomes = vec![outcome; items.len()];
+    for p in &pending {
+        answer(r, p, &outcomes, t);
+    }
+}
+
+#[test]
+fn a_penalty_of_three_windows_outlasts_two_window_rolls() {
+    let window = 10 * SECOND;
+    let r = rule(10, window, 30 * SECOND);
+    let t0 = 1_000 * window + 4 * SECOND;
+    assert!(allowed(&r.check("k", t0, 1, ANSWERING)));
+    flush_with(&r, (11, Some(0)), t0);
+    for later in [SECOND, 7 * SECOND, 16 * SECOND, 29 * SECOND] {
+        let (d, reason, _) = r.check("k", t0 + later, 1, ANSWERING);
+        assert_eq!(reason, Some(Reason::GlobalBlock), "{later} ns after: {d:?}");
+    }
+    assert!(allowed(&r.check(
+        "k",
+        t0 + 30 * SECOND + 1_000,
+        1,
+        ANSWERING
+    )));
+}
+
+#[test]
+fn an_instance_that_hears_of_a_penalty_in_the_next_window_applies_it() {
+    let window = 10 * SECOND;
+    let r = rule(10, window, 30 * SECOND);
+    let previous_start = 1_000 * window;
+    let t1 = previous_start + window + SECOND;
+    // This instance never saw the key go over; its first flush in the new window learns
+    // that the last window's total was over the limit.
+    assert!(allowed(&r.check("k", t1, 1, ANSWERING)));
+    flush_with(&r, (1, Some(14)), t1);
+    let (d, reason, _) = r.check("k", t1 + SECOND, 1, ANSWERING);
+    assert_eq!(reason, Some(Reason::GlobalBlock), "{d:?}");
+    // Until the earliest end the penalty can have: 30 s after the last window began.
+    let (_, reason, _) = r.check("k", previous_start + 29 * SECOND, 1, ANSWERING);
+    assert_eq!(reason, Some(Reason::GlobalBlock));
+    assert!(allowed(&r.check(
+        "k",
+        previous_start + 30 * SECOND + 1_000,
+        1,
+        ANSWERING
+    )));
+    // A cooldown within the window is not carried over: it ended with the window.
+    let short = rule(10, window, 5 * SECOND);
+    assert!(allowed(&short.check("k", t1, 1, ANSWERING)));
+    flush_with(&short, (1, Some(14)), t1);
+    assert!(allowed(&short.check("k", t1 + SECOND, 1, ANSWERING)));
+}
+
 #[test]
 fn a_key_idle_for_years_of_spans_starts_afresh() {
     let window = SECOND;

@@ -76,6 +76,16 @@ impl KeyState {
         if let Some(previous) = outcome.previous_total {
             self.prev_global = self.prev_global.max(sat32(previous));
             self.flags.insert(KeyFlags::PREV_KNOWN);
+            // A penalty longer than the window, earned in the last one: the instances that
+            // saw the key go over block it from then; one that hears of it only now blocks
+            // until the earliest end any of them can have (it went over after the last
+            // window began).
+            if previous > p.limit && p.cooldown_ns > p.window_ns {
+                let until = (window_start - p.window_ns).saturating_add(p.cooldown_ns);
+                if until > now && until > self.blocked_until(p, window_start) {
+                    self.set_blocked_until(p, window_start, until);
+                }
+            }
         }
         // What the total holds beyond our own count and every listed entry's.
         let listed: u64 = outcome
