@@ -30,6 +30,7 @@ mod error;
 mod exact_calls;
 mod gateway;
 mod lifecycle;
+mod limit;
 mod lint;
 mod load;
 mod protection;
