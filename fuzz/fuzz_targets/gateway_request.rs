@@ -80,6 +80,7 @@ fn harness() -> &'static Harness {
                 routes: gateway.routes.clone(),
                 headers: HeaderStyle::Both,
                 trusted_hops: 1,
+                refund_upstream_failures: true,
             },
         );
         let seen_path = Arc::new(Mutex::new(String::new()));
