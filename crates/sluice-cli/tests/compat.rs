@@ -9,11 +9,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Serve, http_call};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use common::{Serve, http_call, request};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::value::Kind;
 
 fn fixtures(dir: &str) -> Vec<PathBuf> {
@@ -64,26 +62,6 @@ fn sluice_check_accepts_every_valid_file_and_names_every_error() {
     }
 }
 
-fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_owned(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).to_owned(),
-                        value: (*v).to_owned(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
-}
-
 fn over(r: &RateLimitResponse) -> bool {
     r.overall_code == Code::OverLimit as i32
 }
@@ -129,7 +107,7 @@ async fn the_configuration_language_behaves_as_in_envoys_ratelimit_service() {
     let mut client = serve.client().await;
     let mut ask = async |domain: &str, descriptors: &[&[(&str, &str)]]| {
         client
-            .should_rate_limit(request(domain, descriptors))
+            .should_rate_limit(request(domain, descriptors, 0))
             .await
             .unwrap()
             .into_inner()

@@ -5,11 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Serve, http_call};
+use common::{Serve, http_call, request};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use sluice_testkit::{RedisServer, wait_until};
@@ -46,26 +43,6 @@ descriptors:
       - key: user
         rate_limit: { unit: minute, requests_per_unit: 5, mode: local, algorithm: token_bucket }
 "#;
-
-fn request(domain: &str, descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.to_owned(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).to_owned(),
-                        value: (*v).to_owned(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: hits,
-    }
-}
 
 fn ok(code: i32) -> bool {
     code == Code::Ok as i32

@@ -244,3 +244,28 @@ pub async fn align_to_window(window: Duration) -> impl Fn() -> usize {
     let first = sluice_core::Clock::now(&clock) / window_ns;
     move || (sluice_core::Clock::now(&clock) / window_ns - first) as usize
 }
+
+/// An Envoy RLS request for `domain` with these descriptors and request-level `hits`.
+pub fn request(
+    domain: &str,
+    descriptors: &[&[(&str, &str)]],
+    hits: u32,
+) -> envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry {
+                        key: (*k).to_owned(),
+                        value: (*v).to_owned(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: hits,
+    }
+}
