@@ -16,7 +16,11 @@ pub const EARLY_SYNC_DELAY: Duration = Duration::from_millis(2);
 /// first of them asks (the others asking meanwhile go in the same round trip).
 ///
 /// Ticks fall on multiples of the tick on the store-corrected clock, so instances flush at
-/// the same span boundaries.
+/// the same span boundaries. A tick flushes only once the engine's clock has reached it: that
+/// clock may read a little behind the timer's (`sluice serve`'s coarse clock is refreshed by a
+/// thread that a busy machine can hold back; a new store-clock reading can move it back by a
+/// millisecond), and a flush taken just before the boundary finds the span not over yet and
+/// sends nothing, which left the span's counts unsent until the next tick, a second later.
 pub async fn run_flush_loop(
     current: impl Fn() -> Arc<Engine>,
     mut after_flush: impl FnMut(),
@@ -31,10 +35,12 @@ pub async fn run_flush_loop(
             .unwrap_or(Duration::from_secs(1))
             .min(Duration::from_secs(1));
         let tick_ns = tick.as_nanos().max(1) as u64;
-        let wait = Duration::from_nanos(tick_ns - engine.now() % tick_ns);
+        let now = engine.now();
+        let boundary = now - now % tick_ns + tick_ns;
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tokio::time::sleep(wait) => {
+            _ = tokio::time::sleep(Duration::from_nanos(boundary - now)) => {
+                reach(&engine, boundary).await;
                 engine.flush_due().await;
                 after_flush();
             }
@@ -45,4 +51,21 @@ pub async fn run_flush_loop(
         }
     }
     current().flush().await
+}
+
+/// How many times a tick waits (a millisecond or more each) for the engine's clock to reach
+/// its boundary. A clock that stays behind longer went back (a clock jump): the tick flushes
+/// anyway and the next one follows the clock.
+const REACH_TRIES: u32 = 50;
+
+/// Waits until `engine`'s clock reads `boundary` or later (at most [`REACH_TRIES`] waits).
+async fn reach(engine: &Engine, boundary: u64) {
+    for _ in 0..REACH_TRIES {
+        let now = engine.now();
+        if now >= boundary {
+            return;
+        }
+        let behind = Duration::from_nanos(boundary - now).max(Duration::from_millis(1));
+        tokio::time::sleep(behind).await;
+    }
 }
