@@ -81,6 +81,7 @@ fn harness() -> &'static Harness {
                 headers: HeaderStyle::Both,
                 trusted_hops: 1,
                 refund_upstream_failures: true,
+                geo: None,
             },
         );
         let seen_path = Arc::new(Mutex::new(String::new()));
@@ -133,6 +134,7 @@ fuzz_target!(|input: Input| {
             query: request.uri().query(),
             headers: request.headers(),
             client,
+            geo: None,
         };
         for route in &harness.routes {
             if sluice_http::route_matches(&route.matcher, request.method(), &path) {

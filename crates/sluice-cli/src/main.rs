@@ -9,6 +9,7 @@ mod access;
 mod admin;
 mod check;
 mod door_metrics;
+mod geo;
 mod guarded;
 mod lifecycle;
 mod listener;

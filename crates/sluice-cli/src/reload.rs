@@ -77,6 +77,7 @@ pub(crate) fn changes(running: &ServiceConfig, new: &ServiceConfig) -> Changes {
     );
     restart(running.listeners != new.listeners, "listeners");
     restart(running.access != new.access, "access");
+    restart(running.geoip != new.geoip, "geoip");
     let listens = |gs: &[Gateway]| gs.iter().map(|g| g.listen).collect::<Vec<SocketAddr>>();
     let (old, now) = (listens(&running.gateways), listens(&new.gateways));
     for added in now.iter().filter(|l| !old.contains(l)) {
@@ -117,6 +118,7 @@ fn gateway_changes(old: &Gateway, new: &Gateway) -> Vec<&'static str> {
         old.refund_upstream_failures != new.refund_upstream_failures,
         "refund_upstream_failures",
     );
+    diff(old.trusted_hops != new.trusted_hops, "trusted_hops");
     fields
 }
 

@@ -473,6 +473,10 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         })
     };
 
+    let geo = crate::geo::open(config.geoip.as_ref())?;
+    if let (Some(geo), Some(geoip)) = (&geo, &config.geoip) {
+        crate::geo::watch(geo.clone(), geoip, stop_rx.clone());
+    }
     let mut gateways = tokio::task::JoinSet::new();
     for (listeners, gateway) in gateway_listeners {
         // One cap over all the gateway's workers; its requests may take the upstream's time.
@@ -487,8 +491,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         for (i, listener) in listeners.into_iter().enumerate() {
             // Built here, one per worker (each its own upstream pool): a bad upstream stops the
             // start instead of a worker.
-            let (router, handle) = sluice_http::reloadable_gateway(engine.clone(), &gateway)
-                .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
+            let (router, handle) =
+                sluice_http::reloadable_gateway(engine.clone(), &gateway, geo.clone())
+                    .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
             service.gateways.lock().push((gateway.listen, handle));
             let router = protect(router, &gateway_limits).layer(axum::middleware::from_fn(
                 crate::door_metrics::count_gateway,

@@ -108,7 +108,30 @@ pub enum Action {
         /// Descriptor key (default `path`).
         descriptor_key: String,
     },
+    /// What `geoip`'s databases say of the client address: its country (ISO 3166 code, e.g.
+    /// `DE`) or its autonomous system number (e.g. `13335`). An address no database knows
+    /// gives `default_value`; no client address skips the descriptor, as `remote_address`.
+    Geo {
+        /// Which field.
+        field: GeoField,
+        /// Descriptor key (default `country` or `asn`).
+        descriptor_key: String,
+        /// The value for an address the databases do not know (default `unknown`).
+        default_value: String,
+    },
 }
+
+/// What the `country` and `asn` actions look up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GeoField {
+    /// The country's ISO 3166-1 alpha-2 code.
+    Country,
+    /// The autonomous system number, in decimal.
+    Asn,
+}
+
+/// The most `X-Forwarded-For` hops a gateway may trust (`trusted_hops`).
+pub const MAX_TRUSTED_HOPS: usize = 16;
 
 impl Action {
     /// The key of the descriptor entry it builds.
@@ -119,7 +142,8 @@ impl Action {
             | Self::HeaderValueMatch { descriptor_key, .. }
             | Self::QueryParameter { descriptor_key, .. }
             | Self::Method { descriptor_key }
-            | Self::Path { descriptor_key } => descriptor_key,
+            | Self::Path { descriptor_key }
+            | Self::Geo { descriptor_key, .. } => descriptor_key,
             Self::RemoteAddress => "remote_address",
             Self::MaskedRemoteAddress { .. } => "masked_remote_address",
         }
@@ -173,6 +197,10 @@ pub struct Gateway {
     /// refused the connection or did not answer in time): `refund_upstream_failures`, default
     /// `false` (a request let through is counted, whatever the upstream does).
     pub refund_upstream_failures: bool,
+    /// How many `X-Forwarded-For` entries were added by trusted proxies in front of the
+    /// gateway (`trusted_hops`, default 0: the peer is the client). The client address the
+    /// address actions use is that many hops back.
+    pub trusted_hops: usize,
 }
 
 fn mask_len(
@@ -288,7 +316,49 @@ pub(crate) fn action(raw: &Spanned<RawAction>) -> Result<Action, Located> {
                 .transpose()?
                 .unwrap_or_else(|| "path".to_owned()),
         },
+        RawAction::Country {
+            descriptor_key,
+            default_value,
+        } => geo(GeoField::Country, descriptor_key, default_value)?,
+        RawAction::Asn {
+            descriptor_key,
+            default_value,
+        } => geo(GeoField::Asn, descriptor_key, default_value)?,
     })
+}
+
+fn geo(
+    field: GeoField,
+    descriptor_key: &Option<Spanned<String>>,
+    default_value: &Option<Spanned<String>>,
+) -> Result<Action, Located> {
+    let name = match field {
+        GeoField::Country => "country",
+        GeoField::Asn => "asn",
+    };
+    Ok(Action::Geo {
+        field,
+        descriptor_key: descriptor_key
+            .as_ref()
+            .map(|k| non_empty("descriptor_key", k))
+            .transpose()?
+            .unwrap_or_else(|| name.to_owned()),
+        default_value: default_value
+            .as_ref()
+            .map(|v| non_empty("default_value", v))
+            .transpose()?
+            .unwrap_or_else(|| "unknown".to_owned()),
+    })
+}
+
+/// Whether a gateway's routes use `country` or `asn` (they need `geoip:`): the first such
+/// action, for the error.
+pub(crate) fn first_geo_action(raw: &RawGateway) -> Option<&Spanned<RawAction>> {
+    raw.routes
+        .iter()
+        .flat_map(|r| &r.rate_limits)
+        .flat_map(|e| &e.actions.value)
+        .find(|a| matches!(a.value, RawAction::Country { .. } | RawAction::Asn { .. }))
 }
 
 pub(crate) fn route(raw: &RawRoute) -> Result<Route, Located> {
@@ -443,5 +513,20 @@ pub(crate) fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway,
             })
             .transpose()?,
         refund_upstream_failures: raw.refund_upstream_failures.unwrap_or(false),
+        trusted_hops: match &raw.trusted_hops {
+            None => 0,
+            Some(n) => usize::try_from(n.value)
+                .ok()
+                .filter(|&h| h <= MAX_TRUSTED_HOPS)
+                .ok_or_else(|| {
+                    Located::at(
+                        n,
+                        format!(
+                            "trusted_hops must be between 0 and {MAX_TRUSTED_HOPS}, found {}; count the proxies in front of the gateway that append to X-Forwarded-For",
+                            n.value
+                        ),
+                    )
+                })?,
+        },
     })
 }

@@ -29,6 +29,7 @@ mod duration;
 mod error;
 mod exact_calls;
 mod gateway;
+mod geoip;
 mod lifecycle;
 mod limit;
 mod lint;
@@ -45,7 +46,10 @@ mod wildcard;
 
 pub use error::{ConfigError, describe_yaml_error, suggestion};
 pub use exact_calls::ExactCalls;
-pub use gateway::{Action, Gateway, HeaderMatch, HeaderMatcher, Route, RouteMatch};
+pub use gateway::{
+    Action, Gateway, GeoField, HeaderMatch, HeaderMatcher, MAX_TRUSTED_HOPS, Route, RouteMatch,
+};
+pub use geoip::{DEFAULT_GEOIP_CHECK_EVERY, GeoIpConfig, MAX_GEOIP_DATABASES};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT, Lifecycle};
 pub use lint::{Warning, warnings};
 pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};

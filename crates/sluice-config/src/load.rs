@@ -105,6 +105,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             store_ca_file: None,
             listeners: Default::default(),
             access: Default::default(),
+            geoip: None,
         });
     }
     parse_service(file, &text)

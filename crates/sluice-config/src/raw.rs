@@ -93,6 +93,7 @@ pub(crate) struct RawServiceFile {
     pub listeners: RawListeners,
     #[serde(default)]
     pub access: RawAccess,
+    pub geoip: Option<crate::geoip::RawGeoIp>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,6 +160,7 @@ pub(crate) struct RawGateway {
     pub upstream_timeout: Option<Spanned<String>>,
     pub workers: Option<Spanned<i64>>,
     pub refund_upstream_failures: Option<bool>,
+    pub trusted_hops: Option<Spanned<i64>>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }
@@ -225,6 +227,14 @@ pub(crate) enum RawAction {
     },
     Path {
         descriptor_key: Option<Spanned<String>>,
+    },
+    Country {
+        descriptor_key: Option<Spanned<String>>,
+        default_value: Option<Spanned<String>>,
+    },
+    Asn {
+        descriptor_key: Option<Spanned<String>>,
+        default_value: Option<Spanned<String>>,
     },
 }
 

@@ -101,6 +101,8 @@ pub struct ServiceConfig {
     pub listeners: crate::ListenerLimits,
     /// Bearer tokens for the admin endpoints and the APIs (`access:`).
     pub access: crate::Access,
+    /// The databases of the gateways' `country` and `asn` actions (`geoip:`).
+    pub geoip: Option<crate::GeoIpConfig>,
 }
 
 pub(crate) const MAX_COST: i64 = sluice_core::MAX_COST as i64;
@@ -217,6 +219,23 @@ impl ServiceConfig {
             .collect::<Result<_, _>>()
             .map_err(err)?;
         let base = file.parent().unwrap_or(Path::new("."));
+        let geoip = raw
+            .geoip
+            .as_ref()
+            .map(|g| crate::geoip::parse_geoip(g, base))
+            .transpose()
+            .map_err(err)?;
+        if geoip.is_none()
+            && let Some(action) = raw
+                .gateways
+                .iter()
+                .find_map(crate::gateway::first_geo_action)
+        {
+            return Err(err(Located::at(
+                action,
+                "the `country` and `asn` actions look the client address up in `geoip.databases`; add `geoip: { databases: [country.mmdb] }` to this file",
+            )));
+        }
         let rule_entries = raw.rules.clone().unwrap_or_default();
         let rule_paths: Vec<PathBuf> = rule_entries.iter().map(|p| base.join(&p.value)).collect();
         let mut domains = Vec::new();
@@ -346,6 +365,7 @@ impl ServiceConfig {
             store_ca_file: raw.store_ca_file.as_ref().map(|f| base.join(&f.value)),
             listeners: crate::protection::parse_listeners(&raw.listeners).map_err(err)?,
             access: crate::protection::parse_access(&raw.access, base).map_err(err)?,
+            geoip,
         })
     }
 }

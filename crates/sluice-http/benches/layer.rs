@@ -68,6 +68,7 @@ fn main() {
                 headers: HeaderStyle::Ietf,
                 trusted_hops: 0,
                 refund_upstream_failures: false,
+                geo: None,
             },
         );
         let inner = tower::service_fn(|_r: Request<()>| async {

@@ -47,6 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             headers: HeaderStyle::Ietf,
             trusted_hops: 0,
             refund_upstream_failures: false,
+            geo: None,
         },
     );
     let app = axum::Router::new()

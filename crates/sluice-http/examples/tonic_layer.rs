@@ -45,6 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             headers: HeaderStyle::None,
             trusted_hops: 0,
             refund_upstream_failures: false,
+            geo: None,
         },
     );
     println!("gRPC on 127.0.0.1:50051");

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use http::{HeaderMap, Method};
-use sluice_config::{Action, HeaderMatch, HeaderMatcher, Route, RouteMatch};
+use sluice_config::{Action, GeoField, HeaderMatch, HeaderMatcher, Route, RouteMatch};
 
 use crate::value::{descriptor_value, query_value};
 
@@ -21,6 +21,9 @@ pub struct RequestParts<'a> {
     pub headers: &'a HeaderMap,
     /// The client address, after trusted `X-Forwarded-For` hops.
     pub client: Option<IpAddr>,
+    /// The databases the `country` and `asn` actions read (none: those actions skip their
+    /// descriptor).
+    pub geo: Option<&'a crate::GeoIp>,
 }
 
 /// One descriptor: key/value entries, borrowed from the route and the request where possible
@@ -187,6 +190,19 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
                             descriptor_key.as_str(),
                             Cow::Borrowed(template.unwrap_or(req.path)),
                         ));
+                    }
+                    Action::Geo {
+                        field,
+                        descriptor_key,
+                        default_value,
+                    } => {
+                        let (ip, geo) = (req.client?, req.geo?);
+                        let found = match field {
+                            GeoField::Country => geo.country(ip),
+                            GeoField::Asn => geo.asn(ip).map(|n| n.to_string()),
+                        };
+                        let value = found.map_or(Cow::Borrowed(default_value.as_str()), Cow::Owned);
+                        entries.push((descriptor_key.as_str(), value));
                     }
                     _ => return None,
                 }

@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use sluice_config::Gateway;
 use sluice_engine::Engine;
 
+use crate::GeoIp;
 use crate::layer::{LimitPolicy, RateLimitLayer, UpstreamFailed};
 
 /// Headers that describe one connection, not the request: never forwarded (RFC 9110 7.6.1).
@@ -127,7 +128,7 @@ fn failed(status: StatusCode, message: &str) -> Response {
 }
 
 /// What a reload may change in a running gateway: its policy (domain, routes and their
-/// actions and costs, header style, refunds) and its upstream (address, timeout). Requests
+/// actions and costs, header style, refunds, trusted hops) and its upstream (address, timeout). Requests
 /// already in flight finish with what they started with; no connection is dropped.
 #[derive(Clone)]
 pub struct GatewayHandle {
@@ -162,7 +163,9 @@ impl GatewayHandle {
             authority,
             timeout: gateway.upstream_timeout,
         }));
-        self.layer.set_policy(policy_of(gateway));
+        // The databases stay those the gateway started with (`geoip` needs a restart).
+        let geo = self.layer.policy().geo.clone();
+        self.layer.set_policy(policy_of(gateway, geo));
         Ok(())
     }
 }
@@ -180,27 +183,30 @@ fn upstream_client() -> Client<HttpConnector, Body> {
         .build(connector)
 }
 
-fn policy_of(gateway: &Gateway) -> LimitPolicy {
+fn policy_of(gateway: &Gateway, geo: Option<Arc<GeoIp>>) -> LimitPolicy {
     LimitPolicy {
         domain: gateway.domain.clone(),
         routes: gateway.routes.clone(),
         headers: gateway.headers,
-        trusted_hops: 0,
+        trusted_hops: gateway.trusted_hops,
         refund_upstream_failures: gateway.refund_upstream_failures,
+        geo,
     }
 }
 
 /// The gateway's router: rate limiting in front of a streaming reverse proxy to
 /// `gateway.upstream`. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
-/// An upstream that is down gives 502 (504 on timeout), never 429.
+/// An upstream that is down gives 502 (504 on timeout), never 429. `geo` serves the routes'
+/// `country` and `asn` actions.
 ///
 /// # Errors
 /// When `gateway.upstream` does not name a valid host and port.
 pub fn gateway_router(
     engine: Arc<ArcSwap<Engine>>,
     gateway: &Gateway,
+    geo: Option<Arc<GeoIp>>,
 ) -> Result<axum::Router, http::uri::InvalidUri> {
-    reloadable_gateway(engine, gateway).map(|(router, _)| router)
+    reloadable_gateway(engine, gateway, geo).map(|(router, _)| router)
 }
 
 /// [`gateway_router`] with the handle that applies a reloaded configuration to it.
@@ -210,13 +216,14 @@ pub fn gateway_router(
 pub fn reloadable_gateway(
     engine: Arc<ArcSwap<Engine>>,
     gateway: &Gateway,
+    geo: Option<Arc<GeoIp>>,
 ) -> Result<(axum::Router, GatewayHandle), http::uri::InvalidUri> {
     let upstream = Arc::new(ArcSwap::from_pointee(Upstream {
         client: upstream_client(),
         authority: authority_of(gateway)?,
         timeout: gateway.upstream_timeout,
     }));
-    let layer = RateLimitLayer::new(engine, policy_of(gateway));
+    let layer = RateLimitLayer::new(engine, policy_of(gateway, geo));
     let router = axum::Router::new()
         .fallback(proxy)
         .with_state(upstream.clone())

@@ -33,6 +33,9 @@ pub struct LimitPolicy {
     /// Give the cost back when the inner service's response carries [`UpstreamFailed`] (the
     /// gateway marks its own 502 and 504 so): the request did no work upstream.
     pub refund_upstream_failures: bool,
+    /// The databases of the `country` and `asn` actions ([`crate::GeoIp`]); without them those
+    /// actions skip their descriptor.
+    pub geo: Option<Arc<crate::GeoIp>>,
 }
 
 /// A response extension saying the request never reached a working upstream (connection
@@ -152,6 +155,7 @@ where
                 query: req.uri().query(),
                 headers: req.headers(),
                 client: client_address(req.headers(), peer(&req), policy.trusted_hops),
+                geo: policy.geo.as_deref(),
             };
             let built = descriptors(route, &parts);
             if built.is_empty() {

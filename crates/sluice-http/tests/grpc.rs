@@ -52,6 +52,7 @@ async fn grpc_calls_over_the_limit_get_resource_exhausted() {
             headers: HeaderStyle::Legacy,
             trusted_hops: 0,
             refund_upstream_failures: false,
+            geo: None,
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

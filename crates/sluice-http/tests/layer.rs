@@ -89,6 +89,7 @@ impl Harness {
                 headers,
                 trusted_hops,
                 refund_upstream_failures: false,
+                geo: None,
             },
         );
         let inner = tower::service_fn(|_req: Request<String>| async {
@@ -339,6 +340,7 @@ async fn the_inner_service_sees_the_normalized_path() {
             headers: HeaderStyle::None,
             trusted_hops: 0,
             refund_upstream_failures: false,
+            geo: None,
         },
     );
     let inner = tower::service_fn(|req: Request<String>| async move {

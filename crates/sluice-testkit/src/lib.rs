@@ -1,5 +1,6 @@
 //! Test fixtures: real `redis-server` processes on free loopback ports, started and stopped by
-//! the test that owns them. Nothing here talks to a server it did not start.
+//! the test that owns them. Nothing here talks to a server it did not start. Also small
+//! MaxMind-format databases for the geography tests ([`country_database`], [`asn_database`]).
 //!
 //! ```no_run
 //! let mut redis = sluice_testkit::RedisServer::start();
@@ -10,6 +11,7 @@
 
 mod cluster;
 pub mod conformance;
+mod geo;
 mod link;
 mod netns;
 mod ports;
@@ -20,6 +22,7 @@ mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
+pub use geo::{CountryLayout, asn_database, country_database};
 pub use link::DelayLink;
 pub use netns::{Lab, STORE_PORT};
 pub use ports::{free_port, wait_until};
