@@ -10,7 +10,8 @@ use serde::Serialize;
 pub enum CountryLayout {
     /// MaxMind's GeoLite2 / GeoIP2 Country and City: `{country: {iso_code: "DE"}}`.
     MaxMind,
-    /// The `ip-location-db` packages: `{country_code: "DE"}`.
+    /// The `ip-location-db` packages: `{country_code: "DE"}`, and no description in the
+    /// metadata.
     IpLocationDb,
 }
 
@@ -35,12 +36,17 @@ struct Asn<'a> {
     autonomous_system_organization: &'a str,
 }
 
-/// A writer with the metadata readers check (a database without a description fails
-/// `maxminddb`'s verification).
-fn writer(database_type: &str) -> Writer {
-    Writer::builder(database_type)
-        .description(&[("en", "Sluice test database")])
-        .build()
+/// A writer; with a description as MaxMind's databases have, or none as the `ip-location-db`
+/// packages ship (which `maxminddb`'s verification complains of).
+fn writer(database_type: &str, description: bool) -> Writer {
+    let builder = Writer::builder(database_type);
+    if description {
+        builder
+            .description(&[("en", "Sluice test database")])
+            .build()
+    } else {
+        builder.build()
+    }
 }
 
 fn net(network: &str) -> IpNet {
@@ -51,7 +57,10 @@ fn net(network: &str) -> IpNet {
 
 /// A country database: each `(network, ISO code)`, e.g. `("192.0.2.0/24", "DE")`.
 pub fn country_database(layout: CountryLayout, entries: &[(&str, &str)]) -> Vec<u8> {
-    let mut writer = writer("Sluice-Test-Country");
+    let mut writer = writer(
+        "Sluice-Test-Country",
+        matches!(layout, CountryLayout::MaxMind),
+    );
     for &(network, code) in entries {
         let inserted = match layout {
             CountryLayout::MaxMind => writer.insert(
@@ -71,7 +80,7 @@ pub fn country_database(layout: CountryLayout, entries: &[(&str, &str)]) -> Vec<
 
 /// An ASN database in GeoLite2-ASN's layout: each `(network, number)`.
 pub fn asn_database(entries: &[(&str, u32)]) -> Vec<u8> {
-    let mut writer = writer("Sluice-Test-ASN");
+    let mut writer = writer("Sluice-Test-ASN", true);
     for &(network, number) in entries {
         writer
             .insert(
