@@ -316,19 +316,16 @@ impl KeyState {
         }
         let used = match self.room_for(p, shared, window_start, now, cost, store) {
             Ok(used) => used,
-            // A penalty (a cooldown longer than the window), and the limit is certainly used
-            // up: our own count and the others' as last read (counts only grow in a window)
-            // leave no room, an estimate aside. The block starts now, and the refused request
-            // is counted once, so the store's total goes over the limit and every instance
-            // learns of it from its next flush reply (this window's total, or the previous
-            // window's after a roll).
-            Err(Refusal::Limit)
-                if p.cooldown_ns > p.window_ns
-                    && u64::from(self.local) + u64::from(self.others_read) + cost > p.limit =>
-            {
+            // A penalty (a cooldown longer than the window), and the limit certainly exceeded
+            // by demand (see `exceeded_for_penalty`), an estimate aside. The block starts now
+            // and the key is counted up to one over the limit, so every instance learns of it
+            // from its next flush reply (this window's total, or the previous one's).
+            Err(_) if self.exceeded_for_penalty(p, cost) => {
                 self.block(p, window_start, now);
-                self.local = self.local.saturating_add(1);
-                self.unflushed = self.unflushed.saturating_add(1);
+                let over = u64::from(self.local) + u64::from(self.others_read);
+                let marker = sat32((p.limit + 1).saturating_sub(over).max(1));
+                self.local = self.local.saturating_add(marker);
+                self.unflushed = self.unflushed.saturating_add(marker);
                 self.activity.ask_early();
                 let retry = self.blocked_until(p, window_start).saturating_sub(now);
                 return (denied(retry), Some(Reason::GlobalBlock));
@@ -354,6 +351,15 @@ impl KeyState {
             }),
             None,
         )
+    }
+
+    /// Whether a penalty rule's limit is certainly exceeded by a refused request of `cost`:
+    /// admitted here, the others' last read count and the demand refused here since the last
+    /// flush (hits offered less those admitted; `cost` is among them) are more than the limit.
+    fn exceeded_for_penalty(&self, p: &SyncedParams, cost: u64) -> bool {
+        let refused = u64::from(self.offered.saturating_sub(self.unflushed)).max(cost);
+        p.cooldown_ns > p.window_ns
+            && u64::from(self.local) + u64::from(self.others_read) + refused > p.limit
     }
 
     /// Whether the key, before its first reply, has used up this span's cold share

@@ -118,6 +118,66 @@ fn a_penalty_of_three_windows_outlasts_two_window_rolls() {
 }
 
 #[test]
+fn demand_beyond_the_limit_starts_a_penalty_and_demand_within_it_does_not() {
+    let window = 10 * SECOND;
+    let t0 = 1_000 * window + SECOND;
+    // Another instance counted 3 and takes 20 a second: the estimate of its count grows
+    // faster than what it had counted, so requests are refused with the total read (6)
+    // still under the limit.
+    let r = rule(10, window, 30 * SECOND);
+    for _ in 0..3 {
+        assert!(allowed(&r.check("k", t0, 1, ANSWERING)));
+    }
+    let mut items = Vec::new();
+    let mut pending = Vec::new();
+    r.prepare_flush(t0, &Arc::from("me"), &mut items, &mut pending);
+    let mut other = node_entry("other", 3, t0);
+    other.rate_milli = 20_000;
+    let outcome = FlushOutcome {
+        total: 6,
+        previous_total: Some(0),
+        entries: vec![node_entry("me", 3, t0), other],
+    };
+    answer(&r, &pending[0], &vec![outcome; items.len()], t0);
+    let mut reasons = Vec::new();
+    for i in 0..12 {
+        reasons.push(
+            r.check("k", t0 + 300_000_000 + i * 10_000_000, 1, ANSWERING)
+                .1,
+        );
+    }
+    // Refused requests are demand beyond what was admitted: once what is known for certain
+    // (admitted here, the others' count read, refused here) passes the limit, the penalty
+    // starts, though the total read never reached it.
+    let first_block = reasons.iter().position(|r| *r == Some(Reason::GlobalBlock));
+    assert!(first_block.is_some(), "{reasons:?}");
+    assert!(reasons.contains(&Some(Reason::Estimate)), "{reasons:?}");
+    assert!(
+        reasons[first_block.unwrap()..]
+            .iter()
+            .all(|r| *r == Some(Reason::GlobalBlock)),
+        "{reasons:?}"
+    );
+    // The key is counted up to one over the limit, so every instance's next reply shows it.
+    let mut items = Vec::new();
+    r.prepare_flush(t0 + SECOND, &Arc::from("me"), &mut items, &mut Vec::new());
+    let sent: u64 = items.iter().map(|i| i.delta).sum();
+    assert_eq!(6 + sent, 11, "the store's total after the flush");
+
+    // Demand that stays within the limit never starts one, though the estimate (the
+    // others' rate) refuses some of it.
+    let r = rule(10, window, 30 * SECOND);
+    for _ in 0..3 {
+        assert!(allowed(&r.check("k", t0, 1, ANSWERING)));
+    }
+    flush_with(&r, (6, Some(0)), t0);
+    for i in 1..=4 {
+        let (_, reason, _) = r.check("k", t0 + i * 10_000_000, 1, ANSWERING);
+        assert_ne!(reason, Some(Reason::GlobalBlock), "request {i}");
+    }
+}
+
+#[test]
 fn an_instance_that_hears_of_a_penalty_in_the_next_window_applies_it() {
     let window = 10 * SECOND;
     let r = rule(10, window, 30 * SECOND);
