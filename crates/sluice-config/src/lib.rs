@@ -61,6 +61,7 @@ pub use rules::{
 };
 pub use service::{DEFAULT_FLUSH_CHUNK_ITEMS, HeaderStyle, Listen, ServiceConfig};
 pub use target::{
-    ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget, StoreConfig,
+    ClusterTarget, Credentials, EtcdTarget, RedisTarget, SentinelTarget, StandaloneTarget,
+    StoreConfig,
 };
 pub use wildcard::Wildcard;

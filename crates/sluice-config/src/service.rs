@@ -264,6 +264,19 @@ impl ServiceConfig {
                         ..Default::default()
                     };
                     let position = rule.position;
+                    if matches!(store, StoreConfig::Etcd(_))
+                        && spec.settings.mode.or(defaults.mode) == Some(crate::rules::Mode::Exact)
+                    {
+                        return Err(Located {
+                            line: position.0,
+                            column: position.1,
+                            message: format!(
+                                "rule `{}` is in `exact` mode, which the etcd store does not run (one etcd transaction per request is too slow to be worth it); use `mode: synced`, or a Redis store for exact limits",
+                                rule.path
+                            ),
+                        }
+                        .in_file(domain.file()));
+                    }
                     crate::rules::check_settings_fit(spec.rate, &merged, &|_| position).map_err(
                         |mut e| {
                             e.message =

@@ -6,7 +6,8 @@ use serde_saphyr::Spanned;
 
 use crate::error::{Located, suggestion};
 use crate::target::{
-    ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget, StoreConfig,
+    ClusterTarget, Credentials, EtcdTarget, RedisTarget, SentinelTarget, StandaloneTarget,
+    StoreConfig,
 };
 
 fn split_authority(rest: &str) -> (Option<&str>, &str, Option<&str>) {
@@ -145,6 +146,8 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
         "rediss+sentinel",
         "redis+cluster",
         "rediss+cluster",
+        "etcd",
+        "etcds",
     ];
     match scheme {
         "memory" => {
@@ -207,6 +210,31 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
                 tls: scheme.starts_with("rediss"),
                 auth: parse_auth(userinfo),
             })))
+        }
+        "etcd" | "etcds" => {
+            let (userinfo, hosts, path) = split_authority(rest);
+            if path.is_some_and(|p| !p.is_empty()) {
+                return Err(Located::at(
+                    value,
+                    format!(
+                        "store `{shown}` has a path; an etcd store is only its endpoints, e.g. `{scheme}://h1:2379,h2:2379`"
+                    ),
+                ));
+            }
+            let auth = parse_auth(userinfo);
+            if auth.as_ref().is_some_and(|a| a.user().is_none()) {
+                return Err(Located::at(
+                    value,
+                    format!(
+                        "store `{shown}` has a password but no user; etcd logs in as a user: `{scheme}://user:password@host:2379`"
+                    ),
+                ));
+            }
+            Ok(StoreConfig::Etcd(EtcdTarget {
+                endpoints: parse_hosts(value, hosts, 2379)?,
+                tls: scheme == "etcds",
+                auth,
+            }))
         }
         other => Err(Located::at(
             value,
@@ -280,5 +308,24 @@ mod tests {
         assert!(e.contains("invalid sentinel_tls `maybe`"), "{e}");
         let e = store("redis+sentinel://s1/m?sentinel_username=u").unwrap_err();
         assert!(e.contains("without `sentinel_password`"), "{e}");
+    }
+
+    #[test]
+    fn etcd_urls_name_endpoints_tls_and_a_user() {
+        use crate::target::EtcdTarget;
+        assert_eq!(
+            store("etcds://sluice:p%40ss@e1,e2:2380").unwrap(),
+            StoreConfig::Etcd(EtcdTarget {
+                endpoints: vec!["e1:2379".into(), "e2:2380".into()],
+                tls: true,
+                auth: Some(Credentials::new(Some("sluice".into()), "p@ss")),
+            })
+        );
+        let e = store("etcd://secret@e1").unwrap_err();
+        assert!(e.contains("no user") && !e.contains("secret"), "{e}");
+        let e = store("etcd://e1:2379/prefix").unwrap_err();
+        assert!(e.contains("has a path"), "{e}");
+        let e = store("etcd://e1,,e2").unwrap_err();
+        assert!(e.contains("empty host"), "{e}");
     }
 }

@@ -12,6 +12,19 @@ pub enum StoreConfig {
     Memory,
     /// A Redis deployment.
     Redis(RedisTarget),
+    /// An etcd v3 cluster (synced mode only).
+    Etcd(EtcdTarget),
+}
+
+/// An etcd v3 cluster: its client endpoints and how to log in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTarget {
+    /// Client endpoints, `host:port`, tried in turn when one fails.
+    pub endpoints: Vec<String>,
+    /// TLS to the endpoints (`etcds://`).
+    pub tls: bool,
+    /// etcd user and password (etcd's authentication must be enabled on the cluster).
+    pub auth: Option<Credentials>,
 }
 
 /// A Redis deployment and how to log in.

@@ -26,6 +26,7 @@
 //! ```
 
 mod error;
+mod etcd;
 mod exact;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -39,13 +40,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use error::StoreError;
+pub use etcd::{EtcdStore, EtcdStoreOptions};
 pub use exact::{ExactAlgorithm, ExactRequest, decide_in_memory};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
 pub use redis::{RedisStore, RedisStoreOptions, packed_flush};
 /// Where a Redis deployment is: the same types `sluice.yaml`'s `store:` is parsed into.
 pub use sluice_config::{
-    ClusterTarget, Credentials, RedisTarget, SentinelTarget, StandaloneTarget,
+    ClusterTarget, Credentials, EtcdTarget, RedisTarget, SentinelTarget, StandaloneTarget,
 };
 use sluice_core::{Decision, Nanos};
 

@@ -259,6 +259,29 @@ pub async fn run(store: &dyn CounterStore, prefix: &str) {
     exact_agrees_with_core(store, prefix).await;
 }
 
+/// The suite for a store that serves `synced` mode only: the flush semantics, and `exact`
+/// refused with an error that says so (never a decision).
+pub async fn run_synced_only(store: &dyn CounterStore, prefix: &str) {
+    flush_semantics(store, prefix).await;
+    let request = ExactRequest {
+        key: CounterKey::new(&format!("{prefix}/exact"), &["k"])
+            .as_str()
+            .into(),
+        algorithm: ExactAlgorithm::FixedWindow {
+            limit: 5,
+            window_us: 1_000_000,
+        },
+        now_us: 1_700_000_000_000_000,
+        cost: 1,
+    };
+    match store.exact(&request).await {
+        Err(StoreError::Refused(message)) => {
+            assert!(message.contains("exact"), "{message}");
+        }
+        other => panic!("{}: exact mode answered {other:?}", store.describe()),
+    }
+}
+
 /// Asserts that `error` is a per-key bad reply naming `key`.
 pub fn assert_bad_reply(
     result: &Result<sluice_store::FlushOutcome, StoreError>,

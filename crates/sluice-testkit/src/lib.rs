@@ -11,6 +11,7 @@
 
 mod cluster;
 pub mod conformance;
+mod etcd;
 mod geo;
 mod link;
 mod netns;
@@ -22,6 +23,7 @@ mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
+pub use etcd::{EtcdCluster, etcd_available};
 pub use geo::{CountryLayout, asn_database, country_database};
 pub use link::DelayLink;
 pub use netns::{Lab, STORE_PORT};
