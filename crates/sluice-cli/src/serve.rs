@@ -12,7 +12,9 @@ use sluice_config::{ListenerLimits, ServiceConfig, StoreConfig};
 use sluice_core::{Clock, CoarseClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::{RlsOptions, SharedEngine};
-use sluice_store::{CounterStore, MemoryStore, RedisStore, RedisStoreOptions};
+use sluice_store::{
+    CounterStore, EtcdStore, EtcdStoreOptions, MemoryStore, RedisStore, RedisStoreOptions,
+};
 use tokio::sync::watch;
 
 use crate::access::Token;
@@ -65,6 +67,17 @@ fn store_of(
             Arc::new(RedisStore::connect(target.clone(), options)?),
             false,
         ),
+        StoreConfig::Etcd(target) => {
+            let options = EtcdStoreOptions {
+                timeout: config.store_timeout,
+                tls_root_pem: options.tls_root_pem,
+                ..EtcdStoreOptions::default()
+            };
+            (
+                Arc::new(EtcdStore::connect(target, options, clock.clone())?),
+                false,
+            )
+        }
         other => anyhow::bail!("store {other:?} is not supported by this build"),
     })
 }

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::{Clock, SystemClock};
-use sluice_store::{
-    CounterKey, CounterStore, EtcdStore, EtcdStoreOptions, EtcdTarget, FlushItem,
-};
+use sluice_store::{CounterKey, CounterStore, EtcdStore, EtcdStoreOptions, EtcdTarget, FlushItem};
 use sluice_testkit::{EtcdCluster, conformance};
 
 fn target(cluster: &EtcdCluster) -> EtcdTarget {
@@ -51,10 +49,7 @@ async fn etcd_conforms_and_refuses_exact_mode() {
     let etcd = EtcdCluster::start();
     let store = store(&target(&etcd), options());
     conformance::run_synced_only(&store, "etcd").await;
-    assert_eq!(
-        store.describe(),
-        format!("etcd://{}", etcd.endpoints()[0])
-    );
+    assert_eq!(store.describe(), format!("etcd://{}", etcd.endpoints()[0]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,6 +68,7 @@ async fn etcd_with_a_user_conforms_and_a_wrong_password_is_a_clear_error() {
     assert!(!store.describe().contains("s3cret"));
 
     let wrong = store_of(&login("nope"));
+    assert!(wrong.time().await.is_err(), "the probe logs in too");
     let err = wrong
         .flush(&[item("auth/wrong", 1, 1, Duration::from_secs(60))], None)
         .await
@@ -118,9 +114,7 @@ async fn etcd_over_tls_conforms_and_an_untrusted_server_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn increments_from_many_instances_at_once_are_all_counted_once() {
     let etcd = EtcdCluster::start();
-    let stores: Vec<Arc<EtcdStore>> = (0..4)
-        .map(|_| Arc::new(store_of(&target(&etcd))))
-        .collect();
+    let stores: Vec<Arc<EtcdStore>> = (0..4).map(|_| Arc::new(store_of(&target(&etcd)))).collect();
     let ttl = Duration::from_secs(60);
     // Four instances, each with 25 flushes in flight at once on the same key (so a store
     // races itself too, and its compare-and-set must retry), plus a second key every time.
@@ -139,10 +133,17 @@ async fn increments_from_many_instances_at_once_are_all_counted_once() {
         assert!(reply.results.iter().all(Result::is_ok));
     }
     let read = stores[0]
-        .flush(&[item("race/a", 3, 0, ttl), item("race/b", 3, 0, ttl)], None)
+        .flush(
+            &[item("race/a", 3, 0, ttl), item("race/b", 3, 0, ttl)],
+            None,
+        )
         .await
         .unwrap();
-    let totals: Vec<u64> = read.results.iter().map(|r| r.as_ref().unwrap().total).collect();
+    let totals: Vec<u64> = read
+        .results
+        .iter()
+        .map(|r| r.as_ref().unwrap().total)
+        .collect();
     // race/b: per store 9 flushes of 0, 8 of 1 and 8 of 2 = 24; four stores: 96.
     assert_eq!(totals, [100, 96]);
 }
@@ -192,4 +193,86 @@ async fn instances_announce_themselves_and_are_counted_while_live() {
     assert_eq!(a.announce("node-a", live_for).await.unwrap().live, 1);
     assert_eq!(b.announce("node-b", live_for).await.unwrap().live, 2);
     assert_eq!(a.announce("node-a", live_for).await.unwrap().live, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_that_lands_behind_the_stores_back_is_kept_not_overwritten() {
+    // A transaction the store gave up on (it timed out) may still be applied later. The
+    // store's idea of its own counter is then stale; its next write must not overwrite the
+    // late count. Simulated here by writing the counter from outside.
+    let etcd = EtcdCluster::start();
+    let store = store_of(&target(&etcd));
+    let ttl = Duration::from_secs(60);
+    let reply = store
+        .flush(&[item("late/k", 4, 5, ttl)], None)
+        .await
+        .unwrap();
+    assert_eq!(reply.results[0].as_ref().unwrap().total, 5);
+    let listing = etcd.etcdctl(&["get", "--prefix", "sluice:v1:e:", "--keys-only"]);
+    let counter = listing
+        .lines()
+        .find(|l| l.contains("/4/c/"))
+        .expect("the store's counter");
+    // The lost transaction of 3 more lands.
+    etcd.etcdctl(&["put", counter, "8"]);
+    let reply = store
+        .flush(&[item("late/k", 4, 2, ttl)], None)
+        .await
+        .unwrap();
+    assert_eq!(reply.results[0].as_ref().unwrap().total, 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_a_lost_flush_fences_it_off_so_it_can_never_land_later() {
+    let etcd = EtcdCluster::start();
+    let store = store_of(&target(&etcd));
+    let ttl = Duration::from_secs(60);
+    store
+        .flush(&[item("fence/k", 4, 5, ttl)], None)
+        .await
+        .unwrap();
+    let listing = etcd.etcdctl(&["get", "--prefix", "sluice:v1:e:", "--keys-only"]);
+    let counter = listing
+        .lines()
+        .find(|l| l.contains("/4/c/"))
+        .expect("the store's counter")
+        .to_owned();
+    let json = etcd.etcdctl(&["get", &counter, "-w", "json"]);
+    let revision: String = json
+        .split("\"mod_revision\":")
+        .nth(1)
+        .expect("a mod_revision")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    // A flush of 3 more under receipt 7 was lost (it never arrived): settling says so...
+    let lost = [item("fence/k", 4, 3, ttl)];
+    let receipt = sluice_store::FlushReceipt {
+        owner: "fence-node".into(),
+        token: 7,
+    };
+    assert_eq!(store.landed(&lost, &receipt).await.unwrap(), [Some(false)]);
+    // ...and if it turns up now (its compare names the revision the store knew), it is
+    // refused: the engine is sending those 3 again, and they must not count twice.
+    let late = format!("mod(\"{counter}\") = \"{revision}\"\n\nput {counter} 8\n\n\n");
+    let outcome = etcd.etcdctl_with_input(&["txn"], &late);
+    assert!(outcome.starts_with("FAILURE"), "{outcome}");
+    let reply = store
+        .flush(&[item("fence/k", 4, 3, ttl)], None)
+        .await
+        .unwrap();
+    assert_eq!(reply.results[0].as_ref().unwrap().total, 8);
+    // A flush that did arrive settles as arrived.
+    let receipt = sluice_store::FlushReceipt {
+        token: 8,
+        ..receipt
+    };
+    let sent = [item("fence/k", 4, 1, ttl)];
+    store.flush(&sent, Some(&receipt)).await.unwrap();
+    assert_eq!(store.landed(&sent, &receipt).await.unwrap(), [Some(true)]);
+    let reply = store
+        .flush(&[item("fence/k", 4, 0, ttl)], None)
+        .await
+        .unwrap();
+    assert_eq!(reply.results[0].as_ref().unwrap().total, 9);
 }

@@ -113,11 +113,9 @@ impl EtcdCluster {
                 .args(["--cert-file", &file("cert.pem")])
                 .args(["--key-file", &file("key.pem")]);
         }
-        let child = command
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("etcd is not installed: run the README test command, which installs etcd-server");
+        let child = command.stdout(Stdio::null()).stderr(log).spawn().expect(
+            "etcd is not installed: run the README test command, which installs etcd-server",
+        );
         self.members[i].child = Some(child);
     }
 
@@ -173,6 +171,37 @@ impl EtcdCluster {
         }
     }
 
+    /// Starts killed member `i` again on its ports with its data (what etcd had made durable
+    /// survives, as after a crash), and waits until the cluster is healthy.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        self.wait_healthy();
+    }
+
+    /// Stops member `i` (SIGSTOP): its connections stay open and take requests, but nothing is
+    /// answered until [`EtcdCluster::resume`].
+    pub fn pause(&self, i: usize) {
+        self.signal(i, "-STOP");
+    }
+
+    /// Lets a paused member run again (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        self.signal(i, "-CONT");
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let child = self.members[i]
+            .child
+            .as_ref()
+            .expect("the member is not running");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {} failed", child.id());
+    }
+
     /// Runs `etcdctl` against the cluster (as `root` once authentication is on) and returns
     /// its output; panics when it fails.
     pub fn etcdctl(&self, args: &[&str]) -> String {
@@ -180,7 +209,17 @@ impl EtcdCluster {
             .unwrap_or_else(|| panic!("etcdctl {args:?} failed"))
     }
 
+    /// [`EtcdCluster::etcdctl`] with `input` on its standard input (`etcdctl txn`).
+    pub fn etcdctl_with_input(&self, args: &[&str], input: &str) -> String {
+        self.etcdctl_run(args, Some(input))
+            .unwrap_or_else(|| panic!("etcdctl {args:?} failed"))
+    }
+
     fn etcdctl_quiet(&self, args: &[&str]) -> Option<String> {
+        self.etcdctl_run(args, None)
+    }
+
+    fn etcdctl_run(&self, args: &[&str], input: Option<&str>) -> Option<String> {
         let live: Vec<String> = self
             .members
             .iter()
@@ -199,7 +238,21 @@ impl EtcdCluster {
         if let Some(root) = &self.root_password {
             command.arg(format!("--user=root:{root}"));
         }
-        let out = command.args(args).output().ok()?;
+        command.args(args);
+        let out = match input {
+            None => command.output().ok()?,
+            Some(input) => {
+                use std::io::Write as _;
+                let mut child = command
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .ok()?;
+                child.stdin.take()?.write_all(input.as_bytes()).ok()?;
+                child.wait_with_output().ok()?
+            }
+        };
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())

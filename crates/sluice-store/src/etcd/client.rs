@@ -35,7 +35,9 @@ impl Client {
         timeout: Duration,
     ) -> Result<Self, StoreError> {
         if target.endpoints.is_empty() {
-            return Err(StoreError::Refused("an etcd store needs an endpoint".into()));
+            return Err(StoreError::Refused(
+                "an etcd store needs an endpoint".into(),
+            ));
         }
         let mut endpoints = Vec::new();
         for host in &target.endpoints {
@@ -70,15 +72,13 @@ impl Client {
     }
 
     pub(crate) async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, StoreError> {
-        self.call("/etcdserverpb.KV/Txn", request)
-            .await
+        self.call("/etcdserverpb.KV/Txn", request).await
     }
 
     pub(crate) async fn lease_grant(&self, ttl_s: i64) -> Result<LeaseGrantResponse, StoreError> {
         let request = LeaseGrantRequest { ttl: ttl_s, id: 0 };
-        let reply: LeaseGrantResponse = self
-            .call("/etcdserverpb.Lease/LeaseGrant", request)
-            .await?;
+        let reply: LeaseGrantResponse =
+            self.call("/etcdserverpb.Lease/LeaseGrant", request).await?;
         if !reply.error.is_empty() {
             return Err(StoreError::Refused(format!(
                 "etcd refused a lease: {}",
@@ -91,11 +91,7 @@ impl Client {
     /// One unary call, logged in when the store has a user. A call that could not reach an
     /// endpoint goes to the next one at once (nothing was sent); a call that failed after it
     /// was sent is not repeated (its outcome is unknown), but the next call goes elsewhere.
-    async fn call<Req, Reply>(
-        &self,
-        path: &'static str,
-        request: Req,
-    ) -> Result<Reply, StoreError>
+    async fn call<Req, Reply>(&self, path: &'static str, request: Req) -> Result<Reply, StoreError>
     where
         Req: prost::Message + Clone + Default + Send + Sync + 'static,
         Reply: prost::Message + Default + Send + Sync + 'static,
@@ -120,9 +116,7 @@ impl Client {
                     *self.token.lock() = None;
                 }
                 Err(Failure::BadToken) => {
-                    return Err(StoreError::Refused(
-                        "etcd refused the login token".into(),
-                    ));
+                    return Err(StoreError::Refused("etcd refused the login token".into()));
                 }
                 Err(Failure::NotSent(e) | Failure::Other(e)) => {
                     if e.is_unavailable() {

@@ -105,7 +105,9 @@ impl EtcdStore {
             let leases = self.leases_for(chunk).await?;
             let (txn, ops, writes) = self.build(chunk, items, receipt, &leases);
             let reply = match self.client.txn(txn).await {
-                Err(StoreError::Refused(m)) if m.contains("lease not found") && !lease_forgotten => {
+                Err(StoreError::Refused(m))
+                    if m.contains("lease not found") && !lease_forgotten =>
+                {
                     // A lease expired while this store was cut off: nothing was applied.
                     lease_forgotten = true;
                     self.leases.forget().await;
@@ -238,12 +240,16 @@ impl EtcdStore {
                     key: g.key.to_string(),
                     detail: detail.to_owned(),
                 };
-                let window = range_at(reply, op.window).ok_or_else(|| bad("the window read is missing or holds more than 1024 keys"))?;
-                let (total, entries) = sum_window(&g.prefix, window, &mut names)
-                    .map_err(|detail| bad(&detail))?;
+                let window = range_at(reply, op.window).ok_or_else(|| {
+                    bad("the window read is missing or holds more than 1024 keys")
+                })?;
+                let (total, entries) =
+                    sum_window(&g.prefix, window, &mut names).map_err(|detail| bad(&detail))?;
                 let previous_total = match op.previous {
                     Some(at) => {
-                        let kvs = range_at(reply, at).ok_or_else(|| bad("the previous window read is missing or holds more than 1024 keys"))?;
+                        let kvs = range_at(reply, at).ok_or_else(|| {
+                            bad("the previous window read is missing or holds more than 1024 keys")
+                        })?;
                         let prefix = window_prefix(&g.key, g.window - 1);
                         Some(sum_window(&prefix, kvs, &mut names).map_err(|d| bad(&d))?.0)
                     }
@@ -292,55 +298,16 @@ impl EtcdStore {
         }
         Ok(())
     }
-
-    pub(super) async fn landed_all(
-        &self,
-        items: &[FlushItem],
-        receipt: &FlushReceipt,
-    ) -> Result<Vec<Option<bool>>, StoreError> {
-        let groups = group(items);
-        let chunks: Vec<&[Group]> = groups.chunks(self.keys_per_txn).collect();
-        let reads = chunks
-            .iter()
-            .map(|chunk| {
-                let marker = receipt.marker_key(&items[chunk[0].items[0]]).into_bytes();
-                RequestOp::range(marker, Vec::new(), 1)
-            })
-            .collect::<Vec<_>>();
-        let mut out = vec![None; items.len()];
-        // Markers are read in transactions of at most 128 reads (etcd's default limit).
-        let mut at = 0;
-        for batch in reads.chunks(128) {
-            let txn = TxnRequest {
-                success: batch.to_vec(),
-                ..TxnRequest::default()
-            };
-            let reply = self.client.txn(txn).await;
-            for i in 0..batch.len() {
-                let arrived = reply.as_ref().ok().and_then(|r| range_at(r, i)).map(|kvs| {
-                    kvs.first()
-                        .is_some_and(|kv| kv.value == receipt.token.to_string().as_bytes())
-                });
-                for g in chunks[at + i] {
-                    for &item in &g.items {
-                        out[item] = arrived;
-                    }
-                }
-            }
-            at += batch.len();
-        }
-        Ok(out)
-    }
 }
 
-fn range_at(reply: &TxnResponse, at: usize) -> Option<&[KeyValue]> {
+pub(super) fn range_at(reply: &TxnResponse, at: usize) -> Option<&[KeyValue]> {
     match reply.responses.get(at)?.response.as_ref()? {
         Response::Range(range) if !range.more => Some(&range.kvs),
         _ => None,
     }
 }
 
-fn parse_count(value: &[u8]) -> Option<u64> {
+pub(super) fn parse_count(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(value).ok()?.parse().ok()
 }
 

@@ -9,12 +9,14 @@
 //! the same transaction, tells later whether it landed, and a late arrival of the lost one is
 //! refused by the compare (its revision is stale), so no count lands twice.
 //!
-//! etcd has no clock to read: the store's time is this instance's clock.
+//! etcd has no clock to read: the store's time is this instance's clock (keep instances'
+//! clocks in sync with NTP, as for any etcd deployment).
 
 mod client;
 mod flush;
 mod layout;
 mod proto;
+mod settle;
 mod state;
 
 use std::sync::Arc;
@@ -25,8 +27,7 @@ use sluice_core::{Clock, Decision, Nanos};
 
 use crate::exact::ExactRequest;
 use crate::{
-    CounterStore, FlushItem, FlushReceipt, FlushReply, FlushTime, Presence, StoreError,
-    StoreFuture,
+    CounterStore, FlushItem, FlushReceipt, FlushReply, FlushTime, Presence, StoreError, StoreFuture,
 };
 use client::Client;
 use layout::{FLEET_PREFIX, MAX_FLEET, prefix_end};
@@ -126,8 +127,18 @@ impl CounterStore for EtcdStore {
         })
     }
 
+    /// etcd keeps no clock to read: this asks it a linearizable read (so the answer says the
+    /// cluster is reachable and has a quorum) and returns this instance's clock.
     fn time(&self) -> StoreFuture<'_, Nanos> {
-        Box::pin(async { Ok(self.clock.now()) })
+        Box::pin(async {
+            let probe = b"sluice:v1:probe".to_vec();
+            let txn = TxnRequest {
+                success: vec![RequestOp::range(probe, Vec::new(), 1)],
+                ..TxnRequest::default()
+            };
+            self.client.txn(txn).await?;
+            Ok(self.clock.now())
+        })
     }
 
     fn announce<'a>(&'a self, node: &'a str, live_for: Duration) -> StoreFuture<'a, Presence> {
