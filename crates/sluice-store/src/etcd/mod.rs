@@ -74,7 +74,7 @@ pub struct EtcdStore {
 }
 
 impl EtcdStore {
-    /// A store for `target`; connects on first use.
+    /// A store for `target`; connects on first use. Call it within a Tokio runtime.
     pub fn connect(
         target: &EtcdTarget,
         options: EtcdStoreOptions,
