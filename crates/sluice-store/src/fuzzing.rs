@@ -64,3 +64,10 @@ fn item(entry: Option<NodeEntry>, want_previous: bool, first_write: bool) -> Flu
         first_write,
     }
 }
+
+/// Decodes `bytes` as an etcd transaction reply and reads it as the etcd store does: a flush's
+/// totals, previous totals and entries, a failed compare's counter, the live-instance count.
+/// Any outcome is fine except a panic or an endless loop.
+pub fn decode_etcd_reply(bytes: &[u8]) {
+    crate::etcd::fuzz_reply(bytes);
+}

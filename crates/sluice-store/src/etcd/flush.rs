@@ -19,6 +19,9 @@ use crate::{FlushItem, FlushOutcome, FlushReceipt, FlushReply, StoreError};
 /// counter was stale: another flush of the same key went first, or a lost one landed).
 const MAX_ATTEMPTS: usize = 4;
 
+/// The most instance entries kept per key from one reply.
+const MAX_ENTRIES: usize = 256;
+
 /// A counter a transaction sets: its etcd key, the value, and its group in the chunk.
 struct Write {
     key: Vec<u8>,
@@ -27,9 +30,9 @@ struct Write {
 }
 
 /// What one group's operations are, by position in the transaction's reply.
-struct Ops {
-    window: usize,
-    previous: Option<usize>,
+pub(crate) struct Ops {
+    pub window: usize,
+    pub previous: Option<usize>,
 }
 
 impl EtcdStore {
@@ -231,37 +234,7 @@ impl EtcdStore {
             };
             self.owned.set(key.clone(), own, now);
         }
-        let mut names = NodeNames::default();
-        chunk
-            .iter()
-            .zip(ops)
-            .map(|(g, op)| {
-                let bad = |detail: &str| StoreError::BadReply {
-                    key: g.key.to_string(),
-                    detail: detail.to_owned(),
-                };
-                let window = range_at(reply, op.window).ok_or_else(|| {
-                    bad("the window read is missing or holds more than 1024 keys")
-                })?;
-                let (total, entries) =
-                    sum_window(&g.prefix, window, &mut names).map_err(|detail| bad(&detail))?;
-                let previous_total = match op.previous {
-                    Some(at) => {
-                        let kvs = range_at(reply, at).ok_or_else(|| {
-                            bad("the previous window read is missing or holds more than 1024 keys")
-                        })?;
-                        let prefix = window_prefix(&g.key, g.window - 1);
-                        Some(sum_window(&prefix, kvs, &mut names).map_err(|d| bad(&d))?.0)
-                    }
-                    None => None,
-                };
-                Ok(FlushOutcome {
-                    total,
-                    previous_total,
-                    entries,
-                })
-            })
-            .collect()
+        outcomes(chunk, reply, ops)
     }
 
     /// A failed compare: learn what this instance's counters hold.
@@ -300,14 +273,52 @@ impl EtcdStore {
     }
 }
 
-pub(super) fn range_at(reply: &TxnResponse, at: usize) -> Option<&[KeyValue]> {
+/// Each group's outcome from a successful transaction's reply (`ops`: where its reads are).
+pub(crate) fn outcomes(
+    chunk: &[Group],
+    reply: &TxnResponse,
+    ops: &[Ops],
+) -> Vec<Result<FlushOutcome, StoreError>> {
+    let mut names = NodeNames::default();
+    chunk
+        .iter()
+        .zip(ops)
+        .map(|(g, op)| {
+            let bad = |detail: &str| StoreError::BadReply {
+                key: g.key.to_string(),
+                detail: detail.to_owned(),
+            };
+            let window = range_at(reply, op.window)
+                .ok_or_else(|| bad("the window read is missing or holds more than 1024 keys"))?;
+            let (total, entries) =
+                sum_window(&g.prefix, window, &mut names).map_err(|detail| bad(&detail))?;
+            let previous_total = match op.previous {
+                Some(at) => {
+                    let kvs = range_at(reply, at).ok_or_else(|| {
+                        bad("the previous window read is missing or holds more than 1024 keys")
+                    })?;
+                    let prefix = window_prefix(&g.key, g.window - 1);
+                    Some(sum_window(&prefix, kvs, &mut names).map_err(|d| bad(&d))?.0)
+                }
+                None => None,
+            };
+            Ok(FlushOutcome {
+                total,
+                previous_total,
+                entries,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn range_at(reply: &TxnResponse, at: usize) -> Option<&[KeyValue]> {
     match reply.responses.get(at)?.response.as_ref()? {
         Response::Range(range) if !range.more => Some(&range.kvs),
         _ => None,
     }
 }
 
-pub(super) fn parse_count(value: &[u8]) -> Option<u64> {
+pub(crate) fn parse_count(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(value).ok()?.parse().ok()
 }
 
@@ -332,8 +343,115 @@ fn sum_window(
             let value = std::str::from_utf8(&kv.value).map_err(|_| "an entry is not UTF-8")?;
             let entry = crate::NodeEntry::decode(node, value, names)
                 .ok_or_else(|| format!("entry of `{node}` is not count:at_ms:rate"))?;
-            entries.push(entry);
+            // As many as the Redis store keeps: more are someone else's writes.
+            if entries.len() < MAX_ENTRIES {
+                entries.push(entry);
+            }
         }
     }
     Ok((total, entries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etcd::proto::{RangeResponse, ResponseOp};
+
+    fn range(kvs: &[(&[u8], &[u8])], more: bool) -> ResponseOp {
+        ResponseOp {
+            response: Some(Response::Range(RangeResponse {
+                header: None,
+                kvs: kvs
+                    .iter()
+                    .map(|(k, v)| KeyValue {
+                        key: k.to_vec(),
+                        mod_revision: 3,
+                        version: 1,
+                        value: v.to_vec(),
+                    })
+                    .collect(),
+                more,
+                count: 0,
+            })),
+        }
+    }
+
+    #[test]
+    fn a_reply_is_summed_per_window_and_hostile_values_are_bad_replies_not_zeros() {
+        let item = |key: &str, window, previous| FlushItem {
+            key: key.into(),
+            window,
+            delta: 1,
+            ttl: std::time::Duration::from_secs(60),
+            entry: None,
+            want_previous: previous,
+            first_write: false,
+        };
+        let items = [
+            item("ka", 5, true),
+            item("kb", 2, false),
+            item("kc", 2, false),
+        ];
+        let groups = group(&items);
+        let p = window_prefix("ka", 5);
+        let q = window_prefix("ka", 4);
+        let key = |prefix: &[u8], rest: &str| [prefix, rest.as_bytes()].concat();
+        let (c1, c2, e1, prev) = (
+            key(&p, "c/1"),
+            key(&p, "c/2"),
+            key(&p, "e/n1"),
+            key(&q, "c/1"),
+        );
+        let b = window_prefix("kb", 2);
+        let huge = key(&b, "c/1");
+        let huge2 = key(&b, "c/2");
+        let reply = TxnResponse {
+            header: None,
+            succeeded: true,
+            responses: vec![
+                range(
+                    &[(&c1, b"5"), (&c2, b"7"), (&e1, b"4:1800000000000:1500")],
+                    false,
+                ),
+                range(&[(&prev, b"3")], false),
+                range(
+                    &[
+                        (&huge, b"18446744073709551615"),
+                        (&huge2, b"18446744073709551615"),
+                    ],
+                    false,
+                ),
+                range(&[(&key(&window_prefix("kc", 2), "c/1"), b"x")], false),
+            ],
+        };
+        let ops = [
+            Ops {
+                window: 0,
+                previous: Some(1),
+            },
+            Ops {
+                window: 2,
+                previous: None,
+            },
+            Ops {
+                window: 3,
+                previous: None,
+            },
+        ];
+        let out = outcomes(&groups, &reply, &ops);
+        let a = out[0].as_ref().unwrap();
+        assert_eq!(
+            (a.total, a.previous_total, a.entries.len()),
+            (12, Some(3), 1)
+        );
+        assert_eq!(out[1].as_ref().unwrap().total, u64::MAX, "saturates");
+        crate::etcd::tests::assert_bad(&out[2], "kc", "not a number");
+        // A read cut short (`more`) is refused rather than summed in part.
+        let short = TxnResponse {
+            responses: vec![range(&[(&c1, b"5")], true)],
+            ..reply
+        };
+        let out = outcomes(&groups[..1], &short, &ops[..1]);
+        crate::etcd::tests::assert_bad(&out[0], "ka", "more than 1024");
+    }
 }

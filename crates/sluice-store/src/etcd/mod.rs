@@ -161,24 +161,7 @@ impl CounterStore for EtcdStore {
             };
             let reply = self.client.txn(txn).await?;
             let since_ms = now_ms.saturating_sub(u64::try_from(live_for.as_millis()).unwrap_or(0));
-            let live = match reply.responses.get(1).and_then(|r| r.response.as_ref()) {
-                Some(Response::Range(range)) => range
-                    .kvs
-                    .iter()
-                    .filter(|kv| {
-                        std::str::from_utf8(&kv.value)
-                            .ok()
-                            .and_then(|v| v.parse::<u64>().ok())
-                            .is_some_and(|at| at >= since_ms)
-                    })
-                    .count() as u64,
-                _ => {
-                    return Err(StoreError::BadReply {
-                        key: FLEET_PREFIX.into(),
-                        detail: "the fleet read is missing from etcd's reply".into(),
-                    });
-                }
-            };
+            let live = live_count(&reply, since_ms)?;
             Ok(Presence {
                 live,
                 store_time: now,
@@ -188,5 +171,90 @@ impl CounterStore for EtcdStore {
 
     fn describe(&self) -> String {
         self.client.describe(self.tls)
+    }
+}
+
+/// How many fleet entries of an announcement's reply (its second operation) are recent.
+pub(crate) fn live_count(reply: &proto::TxnResponse, since_ms: u64) -> Result<u64, StoreError> {
+    match reply.responses.get(1).and_then(|r| r.response.as_ref()) {
+        Some(Response::Range(range)) => Ok(range
+            .kvs
+            .iter()
+            .filter(|kv| flush::parse_count(&kv.value).is_some_and(|at| at >= since_ms))
+            .count() as u64),
+        _ => Err(StoreError::BadReply {
+            key: FLEET_PREFIX.into(),
+            detail: "the fleet read is missing from etcd's reply".into(),
+        }),
+    }
+}
+
+/// Entry point of the `etcd_replies` fuzz target: `bytes` as a transaction reply, read as a
+/// flush of two keys (one with an entry and the previous window), as a failed compare, and as
+/// an announcement.
+#[doc(hidden)]
+pub fn fuzz_reply(bytes: &[u8]) {
+    use prost::Message as _;
+    let Ok(reply) = proto::TxnResponse::decode(bytes) else {
+        return;
+    };
+    let entry = crate::NodeEntry {
+        node: "fuzz-1".into(),
+        count: 2,
+        at_ms: 1_800_000_000_000,
+        rate_milli: 1500,
+    };
+    let items = [
+        FlushItem {
+            key: "sluice:v1:{0}:1:ra".into(),
+            window: 5,
+            delta: 2,
+            ttl: Duration::from_secs(60),
+            entry: Some(entry),
+            want_previous: true,
+            first_write: false,
+        },
+        FlushItem {
+            key: "sluice:v1:{1}:1:rb".into(),
+            window: 0,
+            delta: 0,
+            ttl: Duration::from_secs(60),
+            entry: None,
+            want_previous: false,
+            first_write: true,
+        },
+    ];
+    let groups = layout::group(&items);
+    let ops = [
+        flush::Ops {
+            window: 1,
+            previous: Some(2),
+        },
+        flush::Ops {
+            window: 3,
+            previous: None,
+        },
+    ];
+    let _ = flush::outcomes(&groups, &reply, &ops);
+    let _ = live_count(&reply, 1_800_000_000_000);
+    for at in 0..reply.responses.len().min(64) {
+        if let Some(kvs) = flush::range_at(&reply, at) {
+            let _ = kvs.first().map(|kv| flush::parse_count(&kv.value));
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::{FlushOutcome, StoreError};
+
+    pub(crate) fn assert_bad(result: &Result<FlushOutcome, StoreError>, key: &str, says: &str) {
+        match result {
+            Err(StoreError::BadReply { key: k, detail }) => {
+                assert_eq!(k, key);
+                assert!(detail.contains(says), "{detail}");
+            }
+            other => panic!("expected a bad reply for {key}, got {other:?}"),
+        }
     }
 }
