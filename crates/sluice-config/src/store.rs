@@ -134,7 +134,7 @@ pub(crate) fn parse_store(value: &Spanned<String>) -> Result<StoreConfig, Locate
         return Err(Located::at(
             value,
             format!(
-                "invalid store `{shown}`; write `memory://`, `redis://host:6379`, `rediss://host:6380`, `redis+sentinel://h1:26379,h2:26379/mymaster` or `redis+cluster://h1:7000,h2:7001`"
+                "invalid store `{shown}`; write `memory://`, `redis://host:6379`, `rediss://host:6380`, `redis+sentinel://h1:26379,h2:26379/mymaster`, `redis+cluster://h1:7000,h2:7001` or `etcd://h1:2379,h2:2379`"
             ),
         ));
     };

@@ -49,4 +49,7 @@ fn shipped_examples_load() {
     ] {
         sluice_config::load(&root.join(file)).unwrap();
     }
+    let etcd = sluice_config::load(&root.join("etcd/sluice.yaml")).unwrap();
+    assert!(matches!(etcd.store, sluice_config::StoreConfig::Etcd(_)));
+    assert!(etcd.rules.domain("edge").is_some());
 }
