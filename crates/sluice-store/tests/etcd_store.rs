@@ -86,6 +86,32 @@ async fn etcd_with_a_user_conforms_and_a_wrong_password_is_a_clear_error() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_login_token_is_renewed_without_failing_a_flush() {
+    let mut etcd = EtcdCluster::start_with_token_ttl(1);
+    etcd.enable_auth("sluice", "s3cret");
+    let target = EtcdTarget {
+        auth: Some(sluice_store::Credentials::new(
+            Some("sluice".into()),
+            "s3cret",
+        )),
+        ..target(&etcd)
+    };
+    let store = store_of(&target);
+    let ttl = Duration::from_secs(60);
+    store
+        .flush(&[item("token/k", 1, 1, ttl)], None)
+        .await
+        .unwrap();
+    // The token expires after a second unused; the next call logs in again.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let reply = store
+        .flush(&[item("token/k", 1, 1, ttl)], None)
+        .await
+        .unwrap();
+    assert_eq!(reply.results[0].as_ref().unwrap().total, 2);
+}
+
 fn store_of(target: &EtcdTarget) -> EtcdStore {
     store(target, options())
 }

@@ -24,6 +24,8 @@ pub struct EtcdCluster {
     tls: bool,
     /// `root`'s password once [`EtcdCluster::enable_auth`] ran.
     root_password: Option<String>,
+    /// More `etcd` arguments for every member.
+    extra: Vec<String>,
 }
 
 /// Whether `etcd` is installed (the README's test command installs Debian's `etcd-server`).
@@ -53,7 +55,17 @@ impl EtcdCluster {
         Self::start_with(1, true)
     }
 
+    /// One plain-text member whose login tokens expire after `secs` seconds unused (etcd's
+    /// `--auth-token-ttl`, 300 by default).
+    pub fn start_with_token_ttl(secs: u32) -> Self {
+        Self::start_full(1, false, vec!["--auth-token-ttl".into(), secs.to_string()])
+    }
+
     fn start_with(count: usize, tls: bool) -> Self {
+        Self::start_full(count, tls, Vec::new())
+    }
+
+    fn start_full(count: usize, tls: bool, extra: Vec<String>) -> Self {
         let first = free_port();
         let dir = std::env::temp_dir().join(format!("sluice-etcd-{}-{first}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -74,6 +86,7 @@ impl EtcdCluster {
             members,
             tls,
             root_password: None,
+            extra,
         };
         for i in 0..count {
             cluster.spawn(i);
@@ -106,7 +119,8 @@ impl EtcdCluster {
             .args(["--initial-cluster", &initial.join(",")])
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", "sluice-test"])
-            .args(["--logger", "zap", "--log-level", "warn"]);
+            .args(["--logger", "zap", "--log-level", "warn"])
+            .args(&self.extra);
         if self.tls {
             let file = |name: &str| self.dir.join(name).display().to_string();
             command
