@@ -108,7 +108,8 @@ pub struct FlushItem {
     pub ttl: Duration,
     /// This instance's contribution entry; `None` skips the per-node hash.
     pub entry: Option<NodeEntry>,
-    /// Read the previous window's total too (the engine asks once per window).
+    /// Read the previous window's total too (the engine asks once per window, for rules that
+    /// use it).
     pub want_previous: bool,
     /// This instance's first write of the key in this window: set the keys' TTL.
     pub first_write: bool,

@@ -97,7 +97,7 @@ fn push_items(
             delta: count.into(),
             ttl: p.ttl(),
             entry,
-            want_previous: first_write,
+            want_previous: first_write && p.reads_previous(),
             first_write,
         });
     }

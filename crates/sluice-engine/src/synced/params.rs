@@ -50,6 +50,14 @@ impl SyncedParams {
         self.policy != Policy::Reactive
     }
 
+    /// Whether a key's first flush in a window reads the previous window's total: the
+    /// reactive policy's node estimate, a sliding window's weight and a penalty earned in the
+    /// last window need it; a predictive fixed window does not (one command less per key and
+    /// instance in each window).
+    pub(crate) fn reads_previous(&self) -> bool {
+        !self.predictive() || self.sliding || self.cooldown_ns > self.window_ns
+    }
+
     /// How the key's times are kept: offsets from its window start in `window / 2^28` (at
     /// least 1 ns), so 32 bits reach sixteen windows ahead (a cooldown is at most ten windows).
     pub(crate) fn timeline(&self) -> Timeline {

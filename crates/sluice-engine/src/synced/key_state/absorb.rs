@@ -73,6 +73,10 @@ impl KeyState {
         // Our own count as of the snapshot is in the total; what came after is not.
         let own = u64::from(self.local.saturating_sub(self.unflushed));
         self.others_read = sat32(outcome.total.saturating_sub(own));
+        if !p.reads_previous() {
+            // Nothing to read of the previous window: the first write is done.
+            self.flags.insert(KeyFlags::PREV_KNOWN);
+        }
         if let Some(previous) = outcome.previous_total {
             self.prev_global = self.prev_global.max(sat32(previous));
             self.flags.insert(KeyFlags::PREV_KNOWN);
