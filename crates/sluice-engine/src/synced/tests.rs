@@ -429,3 +429,45 @@ fn a_failed_flush_puts_its_counts_back_in_their_windows() {
     let sent: Vec<(u64, u64)> = items.iter().map(|i| (i.window, i.delta)).collect();
     assert_eq!(sent, [(50, 3), (51, 1)]);
 }
+
+#[test]
+fn only_rules_that_use_it_read_the_previous_windows_total_and_the_first_write_still_ends() {
+    let window = 10 * SECOND;
+    let t0 = 1_000 * window + SECOND;
+    let flushes = |r: &SyncedRule| {
+        let mut sent = Vec::new();
+        for span in 0..2 {
+            let t = t0 + span * (window / 4);
+            assert!(allowed(&r.check("k", t, 1, ANSWERING)));
+            let mut items = Vec::new();
+            let mut pending = Vec::new();
+            r.prepare_flush(t + 1, &Arc::from("me"), &mut items, &mut pending);
+            let outcome = FlushOutcome {
+                total: span + 1,
+                previous_total: items[0].want_previous.then_some(0),
+                entries: vec![node_entry("me", span + 1, t)],
+            };
+            answer(r, &pending[0], &vec![outcome; items.len()], t + 1);
+            sent.push((items[0].want_previous, items[0].first_write));
+        }
+        sent
+    };
+    // Predictive, fixed window, no penalty: never asked; the TTL is set on the first write
+    // only.
+    assert_eq!(
+        flushes(&rule(10, window, 0)),
+        [(false, true), (false, false)]
+    );
+    // A penalty longer than the window is heard of from the previous window's total.
+    assert_eq!(
+        flushes(&rule(10, window, 3 * window)),
+        [(true, true), (false, false)]
+    );
+    // The sliding window weighs it; the reactive policy estimates instances from it.
+    let mut sliding = rule(10, window, 0);
+    sliding.params.sliding = true;
+    assert_eq!(flushes(&sliding), [(true, true), (false, false)]);
+    let mut reactive = rule(10, window, 0);
+    reactive.params.policy = Policy::Reactive;
+    assert_eq!(flushes(&reactive), [(true, true), (false, false)]);
+}
