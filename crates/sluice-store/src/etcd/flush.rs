@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use super::EtcdStore;
 use super::layout::{
     Group, MAX_KEYS_PER_WINDOW, counter_key, counters_prefix, encode_entry, entry_key, group,
-    prefix_end, window_prefix,
+    prefix_end, transactions, window_prefix,
 };
 use super::proto::{Compare, KeyValue, RequestOp, Response, TxnRequest, TxnResponse};
 use super::state::Own;
@@ -42,7 +42,7 @@ impl EtcdStore {
         receipt: Option<&FlushReceipt>,
     ) -> Result<FlushReply, StoreError> {
         let groups = group(items);
-        let chunks: Vec<&[Group]> = groups.chunks(self.keys_per_txn).collect();
+        let chunks = transactions(&groups, self.keys_per_txn);
         let replies = join_all(
             chunks
                 .iter()

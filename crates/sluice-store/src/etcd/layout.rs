@@ -10,6 +10,10 @@ use crate::{FlushItem, NodeEntry};
 /// instance). A reply with more is refused as a bad reply rather than summed in part.
 pub(crate) const MAX_KEYS_PER_WINDOW: i64 = 1024;
 
+/// The most entries one flush writes for one key (a group's operations must fit one
+/// transaction).
+const MAX_ENTRIES_PER_GROUP: usize = 100;
+
 /// The most instances a fleet read counts.
 pub(crate) const MAX_FLEET: i64 = 100_000;
 
@@ -94,10 +98,39 @@ pub(crate) fn group(items: &[FlushItem]) -> Vec<Group> {
         group.want_previous |= item.want_previous;
         if let Some(entry) = &item.entry {
             group.entries.retain(|e| e.node != entry.node);
-            group.entries.push(entry.clone());
+            // One transaction must hold a group: an engine sends one entry per key, so more
+            // than this many nodes' entries for one key in one flush are dropped.
+            if group.entries.len() < MAX_ENTRIES_PER_GROUP {
+                group.entries.push(entry.clone());
+            }
         }
     }
     groups
+}
+
+/// The most operations one transaction carries: etcd's default `--max-txn-ops` is 128, and
+/// the receipt's marker takes one.
+pub(crate) const MAX_OPS_PER_TXN: usize = 127;
+
+/// `groups` cut into transactions of at most `per_txn` groups and [`MAX_OPS_PER_TXN`]
+/// operations: each group costs its counter's put, its entries, the window's read and the
+/// previous window's read when asked. The same groups always cut the same way, so a receipt's
+/// transactions can be found again.
+pub(crate) fn transactions(groups: &[Group], per_txn: usize) -> Vec<&[Group]> {
+    let mut out = Vec::new();
+    let (mut start, mut ops) = (0, 0);
+    for (i, g) in groups.iter().enumerate() {
+        let cost = 2 + g.entries.len() + usize::from(g.want_previous);
+        if i > start && (i - start == per_txn || ops + cost > MAX_OPS_PER_TXN) {
+            out.push(&groups[start..i]);
+            (start, ops) = (i, 0);
+        }
+        ops += cost;
+    }
+    if start < groups.len() {
+        out.push(&groups[start..]);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -111,5 +144,53 @@ mod tests {
         assert!(!b.starts_with(&a));
         assert_eq!(prefix_end(b"ab/"), b"ab0");
         assert_eq!(prefix_end(b"a\xff"), b"b");
+    }
+
+    #[test]
+    fn transactions_stay_under_etcds_operation_limit() {
+        let entry = |n: &str| NodeEntry {
+            node: n.into(),
+            count: 1,
+            at_ms: 1,
+            rate_milli: 1,
+        };
+        let items: Vec<FlushItem> = (0..100)
+            .map(|i| FlushItem {
+                key: format!("k{i}").into(),
+                window: 1,
+                delta: 1,
+                ttl: std::time::Duration::from_secs(1),
+                entry: Some(entry(if i % 2 == 0 { "a" } else { "b" })),
+                want_previous: true,
+                first_write: true,
+            })
+            .chain((0..40).map(|i| FlushItem {
+                key: "k0".into(),
+                window: 1,
+                delta: 1,
+                ttl: std::time::Duration::from_secs(1),
+                entry: Some(entry(&format!("c{i}"))),
+                want_previous: false,
+                first_write: false,
+            }))
+            .collect();
+        let groups = group(&items);
+        let txns = transactions(&groups, 31);
+        assert_eq!(txns.iter().map(|t| t.len()).sum::<usize>(), 100);
+        for t in &txns {
+            let ops: usize = t
+                .iter()
+                .map(|g| 2 + g.entries.len() + usize::from(g.want_previous))
+                .sum();
+            assert!(
+                t.len() <= 31 && ops <= MAX_OPS_PER_TXN,
+                "{} groups, {ops} ops",
+                t.len()
+            );
+        }
+        // 31 groups of 4 operations fit (124); the merged first key (41 entries, 44
+        // operations) leaves room for 20 more in its transaction.
+        assert_eq!(txns[0].len(), 21);
+        assert_eq!(txns[1].len(), 31);
     }
 }

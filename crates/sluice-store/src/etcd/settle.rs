@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 
 use super::EtcdStore;
 use super::flush::{parse_count, range_at};
-use super::layout::{Group, counter_key, group};
+use super::layout::{Group, counter_key, group, transactions};
 use super::proto::{Compare, RequestOp, TxnRequest};
 use super::state::Own;
 use crate::{FlushItem, FlushReceipt, StoreError};
@@ -22,7 +22,7 @@ impl EtcdStore {
         // No flush runs meanwhile: the fence must see the counters as the lost one left them.
         let _one_at_a_time = self.flushing.lock().await;
         let groups = group(items);
-        let chunks: Vec<&[Group]> = groups.chunks(self.keys_per_txn).collect();
+        let chunks = transactions(&groups, self.keys_per_txn);
         let settled = join_all(
             chunks
                 .iter()
