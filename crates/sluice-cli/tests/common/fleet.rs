@@ -181,19 +181,39 @@ async fn connect(port: u16) -> Sender {
 }
 
 /// One `/json` check of `key` at cost `cost`: `Some(allowed)`, `None` on any other answer.
-async fn check(sender: &mut Sender, key: &str, cost: u32) -> Option<bool> {
+/// A keep-alive connection the server closed while it sat in the pool (its idle timeout) fails
+/// before the request is sent: the request goes again on a new connection (it cannot have been
+/// counted), and `sender` is replaced by it.
+async fn check(sender: &mut Sender, port: u16, key: &str, cost: u32) -> Option<bool> {
     let body = format!(
         r#"{{"domain":"sim","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}],"hitsAddend":{cost}}}"#
     );
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method("POST")
         .uri("/json")
         .header("host", "fleet")
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body)))
         .ok()?;
-    sender.ready().await.ok()?;
-    let response = sender.send_request(request).await.ok()?;
+    let mut fresh = false;
+    let response = loop {
+        if sender.ready().await.is_err() && !fresh {
+            *sender = connect(port).await;
+            fresh = true;
+            continue;
+        }
+        match sender.try_send_request(request).await {
+            Ok(response) => break response,
+            Err(mut e) => match e.take_message() {
+                Some(unsent) if !fresh => {
+                    request = unsent;
+                    *sender = connect(port).await;
+                    fresh = true;
+                }
+                _ => return None,
+            },
+        }
+    };
     let status = response.status().as_u16();
     response.into_body().collect().await.ok()?;
     match status {
@@ -253,7 +273,7 @@ pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Dur
                 Some(s) => s,
                 None => connect(port).await,
             };
-            let answer = check(&mut sender, &key, cost).await;
+            let answer = check(&mut sender, port, &key, cost).await;
             if answer.is_some() {
                 pool.lock().await.push(sender);
             }
