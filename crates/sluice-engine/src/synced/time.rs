@@ -97,12 +97,15 @@ impl Demand {
     }
 
     /// The moving average with a new sample, `hits` offered over `elapsed` nanoseconds
-    /// (`elapsed` > 0): the sample alone at first, then a sample over a whole span weighs
-    /// half, and a shorter one (a key first seen late in a span) in proportion to its length.
+    /// (`elapsed` > 0): the sample alone at first (taken over at least a quarter span: a cold
+    /// key's early sync moments after its first hits would otherwise read two hits in 30 ms as
+    /// 66 a second, and every instance would reserve room for it), then a sample over a whole
+    /// span weighs half, and a shorter one (a key first seen late in a span) in proportion to
+    /// its length.
     pub(crate) fn sampled(self, hits: u32, elapsed: u64, span_ns: u64) -> Self {
         let sample = f64::from(hits) / elapsed as f64;
         if self.is_none() {
-            Demand(sample as f32)
+            Demand((f64::from(hits) / elapsed.max(span_ns / 4) as f64) as f32)
         } else {
             let weight = 0.5 * (elapsed as f64 / span_ns.max(1) as f64).min(1.0);
             Demand(((1.0 - weight) * f64::from(self.0) + weight * sample) as f32)
@@ -148,5 +151,23 @@ mod tests {
         assert_eq!(d.store_milli(), 3_000);
         assert!((Demand::from_store_milli(3_000).per_ns() - 3e-9).abs() < 1e-15);
         assert_eq!(store_ms(nanos_from_store_ms(42)), 42);
+    }
+
+    #[test]
+    fn a_first_sample_over_moments_is_not_read_as_a_flood() {
+        let span = 2_000_000_000;
+        // Two hits 30 ms apart: at most 2 per half a second, not 66 a second.
+        let d = Demand::default().sampled(2, 30_000_000, span);
+        assert!(
+            (d.per_ns() * 1e9 - 4.0).abs() < 1e-3,
+            "{}",
+            d.per_ns() * 1e9
+        );
+        // Over a whole span it is the sample itself.
+        let d = Demand::default().sampled(10, span, span);
+        assert!((d.per_ns() * 1e9 - 5.0).abs() < 1e-3);
+        // Later samples average as before: a short one weighs in proportion to its length.
+        let d = d.sampled(2, 30_000_000, span);
+        assert!(d.per_ns() * 1e9 > 5.0);
     }
 }
