@@ -202,6 +202,14 @@ descriptors:
 /// that none of 200 is sampled is below 1e-11.
 fn serve_with_a_denied_key(name: &str) -> Serve {
     let serve = Serve::start(name, "memory://", &[("edge.yaml", RULES)]);
+    // The rule's window is the wall clock's minute: a test that crossed into the next one
+    // would see the key's count start over. Begin early in a minute.
+    let into_minute = sluice_core::Clock::now(&sluice_core::SystemClock::new()) % 60_000_000_000;
+    if into_minute > 40_000_000_000 {
+        std::thread::sleep(std::time::Duration::from_nanos(
+            60_000_000_000 - into_minute + 200_000_000,
+        ));
+    }
     for _ in 0..200 {
         http_call(serve.http, "POST", "/json", &json_request(EVIL));
     }
