@@ -47,6 +47,22 @@ impl EtcdStore {
         items: &[FlushItem],
         receipt: &FlushReceipt,
     ) -> Result<bool, StoreError> {
+        match self.settle_once(chunk, items, receipt).await {
+            // A lease that expired while etcd was away: nothing was applied; take a new one.
+            Err(StoreError::Refused(m)) if m.contains("lease not found") => {
+                self.leases.forget().await;
+                self.settle_once(chunk, items, receipt).await
+            }
+            other => other,
+        }
+    }
+
+    async fn settle_once(
+        &self,
+        chunk: &[Group],
+        items: &[FlushItem],
+        receipt: &FlushReceipt,
+    ) -> Result<bool, StoreError> {
         let marker = receipt.marker_key(&items[chunk[0].items[0]]).into_bytes();
         let mut txn = TxnRequest::default();
         let mut fenced = Vec::new();
