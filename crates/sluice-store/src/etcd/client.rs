@@ -158,12 +158,13 @@ impl Client {
                 Failure::NotSent(e) | Failure::Other(e) => e,
                 Failure::BadToken => StoreError::Refused("etcd refused the login".into()),
             })?;
-        let token = reply.token.parse().map_err(|_| StoreError::BadReply {
-            key: "(login)".into(),
-            detail: "etcd sent a login token that is not a header value".into(),
-        })?;
-        *self.token.lock() = Some(token);
-        Ok(self.token.lock().clone().expect("just set"))
+        let token: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+            reply.token.parse().map_err(|_| StoreError::BadReply {
+                key: "(login)".into(),
+                detail: "etcd sent a login token that is not a header value".into(),
+            })?;
+        *self.token.lock() = Some(token.clone());
+        Ok(token)
     }
 
     async fn unary<Req, Reply>(
