@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use sluice_config::{ListenerLimits, ServiceConfig, StoreConfig};
-use sluice_core::{Clock, CoarseClock};
+use sluice_core::{Clock, CoarseClock, StdClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::{RlsOptions, SharedEngine};
 use sluice_store::{
@@ -74,7 +74,9 @@ fn store_of(
                 ..EtcdStoreOptions::default()
             };
             (
-                Arc::new(EtcdStore::connect(target, options, clock.clone())?),
+                // etcd keeps no clock: the host's system clock stands in for it (see
+                // `EtcdStore::connect`).
+                Arc::new(EtcdStore::connect(target, options, Arc::new(StdClock))?),
                 false,
             )
         }

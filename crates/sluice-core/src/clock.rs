@@ -120,7 +120,11 @@ impl CoarseClock {
         // quanta publishes a first reading before `start` returns, so `recent()` is never zero
         // once the thread runs.
         let fallback = (!start_upkeep()).then(SystemClock::new);
-        let anchor = quanta::Instant::recent();
+        // A fresh reading, not `recent()`: the upkeep thread's last one can be milliseconds
+        // old on a busy machine, and an anchor that old would set this clock ahead of the
+        // wall clock by as much for the life of the process (seen: 4 to 10 ms, enough to put
+        // one instance's span flushes ahead of the others').
+        let anchor = quanta::Instant::now();
         let anchor_epoch = StdClock.now();
         Self {
             fallback,

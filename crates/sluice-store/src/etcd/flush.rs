@@ -79,6 +79,18 @@ impl EtcdStore {
                 }
             }
         }
+        if tracing::enabled!(tracing::Level::TRACE) {
+            for (item, result) in items.iter().zip(&results) {
+                match result {
+                    Ok(o) => {
+                        tracing::trace!(instance = %self.instance, clock_ms = self.clock.now() / 1_000_000, key = %item.key, window = item.window, delta = item.delta, total = o.total, entries = o.entries.len(), "etcd flush item")
+                    }
+                    Err(e) => {
+                        tracing::trace!(instance = %self.instance, key = %item.key, window = item.window, delta = item.delta, error = %e, "etcd flush item failed")
+                    }
+                }
+            }
+        }
         // The whole flush failed the same way: say so once, as a Redis pipeline would.
         if let Some(e) = all_failed
             && results.iter().all(Result::is_err)

@@ -75,6 +75,13 @@ pub struct EtcdStore {
 
 impl EtcdStore {
     /// A store for `target`; connects on first use. Call it within a Tokio runtime.
+    ///
+    /// etcd has no clock to read, so `clock` stands in for the store's: the instances sharing
+    /// the store align their windows on it. Give it the host's system clock (kept by NTP,
+    /// `sluice_core::StdClock`), not a fast clock calibrated at start: an engine follows the
+    /// store's clock, so the system clock also corrects its own clock's drift (a TSC
+    /// calibrated on a busy machine was measured running 260 ppm fast, which put one
+    /// instance's span flushes ahead of the others').
     pub fn connect(
         target: &EtcdTarget,
         options: EtcdStoreOptions,
@@ -104,9 +111,11 @@ impl CounterStore for EtcdStore {
     ) -> StoreFuture<'a, FlushReply> {
         Box::pin(async move {
             let one_at_a_time = self.flushing.lock().await;
+            let sent = self.clock.now();
             let mut reply = self.flush_all(items, receipt).await?;
+            let received = self.clock.now();
             drop(one_at_a_time);
-            reply.store_time = (time == FlushTime::Read).then(|| self.clock.now());
+            reply.store_time = (time == FlushTime::Read).then(|| midpoint(sent, received));
             Ok(reply)
         })
     }
@@ -128,7 +137,8 @@ impl CounterStore for EtcdStore {
     }
 
     /// etcd keeps no clock to read: this asks it a linearizable read (so the answer says the
-    /// cluster is reachable and has a quorum) and returns this instance's clock.
+    /// cluster is reachable and has a quorum) and returns the store's clock (see
+    /// [`EtcdStore::connect`]) at the middle of the call.
     fn time(&self) -> StoreFuture<'_, Nanos> {
         Box::pin(async {
             let probe = b"sluice:v1:probe".to_vec();
@@ -136,8 +146,9 @@ impl CounterStore for EtcdStore {
                 success: vec![RequestOp::range(probe, Vec::new(), 1)],
                 ..TxnRequest::default()
             };
+            let sent = self.clock.now();
             self.client.txn(txn).await?;
-            Ok(self.clock.now())
+            Ok(midpoint(sent, self.clock.now()))
         })
     }
 
@@ -160,18 +171,22 @@ impl CounterStore for EtcdStore {
                 failure: Vec::new(),
             };
             let reply = self.client.txn(txn).await?;
+            let store_time = midpoint(now, self.clock.now());
             let since_ms = now_ms.saturating_sub(u64::try_from(live_for.as_millis()).unwrap_or(0));
             let live = live_count(&reply, since_ms)?;
-            Ok(Presence {
-                live,
-                store_time: now,
-            })
+            Ok(Presence { live, store_time })
         })
     }
 
     fn describe(&self) -> String {
         self.client.describe(self.tls)
     }
+}
+
+/// The middle of a call between `sent` and `received`: where the engine places a store clock
+/// reading (it measures the offset from its own midpoint of the round trip).
+fn midpoint(sent: Nanos, received: Nanos) -> Nanos {
+    sent / 2 + received / 2
 }
 
 /// How many fleet entries of an announcement's reply (its second operation) are recent.
