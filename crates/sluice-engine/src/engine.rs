@@ -415,6 +415,13 @@ impl Engine {
         self.flusher.early_sync_wanted()
     }
 
+    /// The time on [`Engine::now`]'s clock before which the early sync asked for should not
+    /// leave, when later than [`crate::EARLY_SYNC_DELAY`] from now (0: none): a key read ahead
+    /// of the other instances' flushes of a span boundary and reads again once they landed.
+    pub fn early_sync_not_before(&self) -> Nanos {
+        self.flusher.early_sync_not_before()
+    }
+
     /// Resolves once keys ask for an early sync.
     pub async fn early_sync_asked(&self) {
         self.flusher.early_sync_asked().await;

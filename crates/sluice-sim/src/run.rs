@@ -256,6 +256,7 @@ fn simulate(
                     expected_instances: s.nodes.expected.unwrap_or(1),
                     // Futures are polled here on manual clocks: no tokio timers.
                     exact_budget_timer: false,
+                    follow_store_clock: s.store.clock,
                     ..EngineOptions::default()
                 },
             )
@@ -403,17 +404,26 @@ fn simulate(
             }
             let node = &mut timers[i];
             if node.early.is_none() && engines[i].early_sync_wanted() {
-                // A flush reply asked for an early sync (`run_flush_loop` wakes at once).
-                node.early = Some(x + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64);
+                // A flush reply asked for an early sync (`run_flush_loop` wakes at once, and
+                // waits until the engine's clock reads `early_sync_not_before`).
+                let shift = skews[i].saturating_add(engines[i].clock_offset_ns());
+                let not_before = engines[i]
+                    .early_sync_not_before()
+                    .saturating_add_signed(-shift)
+                    .saturating_sub(t0);
+                let delay = sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64;
+                node.early = Some((x + delay).max(not_before));
             }
             node.next = if node.inflight.is_some() || (leaving && !node.gone) {
                 x + POLL_NS
             } else {
-                // The node's next tick on its own clock, in true time.
-                let local = (t0 + x).saturating_add_signed(skews[i]);
+                // The node's next tick on its engine's clock (its own, corrected by the offset
+                // to the store's it measured), in true time, as `run_flush_loop` ticks.
+                let shift = skews[i].saturating_add(engines[i].clock_offset_ns());
+                let local = (t0 + x).saturating_add_signed(shift);
                 let next_local = (local / tick_ns + 1) * tick_ns;
                 next_local
-                    .saturating_add_signed(-skews[i])
+                    .saturating_add_signed(-shift)
                     .saturating_sub(t0)
                     .max(x + 1)
             };

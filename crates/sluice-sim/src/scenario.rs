@@ -228,7 +228,7 @@ fn default_affinity() -> f64 {
 }
 
 /// Store behaviour.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSpec {
     /// Intervals `[start_s, end_s)` when the store is unreachable.
@@ -238,6 +238,25 @@ pub struct StoreSpec {
     /// fixed when `p99` is absent).
     #[serde(default)]
     pub latency_ms: Option<Latency>,
+    /// Whether the nodes follow the store's clock (Redis's `TIME`; the default). `false`: each
+    /// node keeps its own clock, `nodes.skew_ms` and all, as instances on a store without a
+    /// clock whose hosts' clocks differ by what NTP leaves.
+    #[serde(default = "yes")]
+    pub clock: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for StoreSpec {
+    fn default() -> Self {
+        Self {
+            outages: Vec::new(),
+            latency_ms: None,
+            clock: true,
+        }
+    }
 }
 
 /// A latency distribution.

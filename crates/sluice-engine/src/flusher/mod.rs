@@ -93,6 +93,9 @@ pub(crate) struct Flusher {
     /// Keys asked for an early sync since the last early flush; wakes the flush loop.
     early_wanted: std::sync::atomic::AtomicBool,
     early_wake: tokio::sync::Notify,
+    /// The engine time before which the early sync asked for should not leave (0: at once):
+    /// see [`SyncedRule::read_ahead_at`].
+    early_not_before: AtomicU64,
     /// The flushes as the status page shows them.
     record: record::FlushRecord,
 }
@@ -134,6 +137,7 @@ impl Flusher {
             fleet_steady: std::sync::atomic::AtomicBool::new(false),
             early_wanted: std::sync::atomic::AtomicBool::new(false),
             early_wake: tokio::sync::Notify::new(),
+            early_not_before: AtomicU64::new(0),
             record: record::FlushRecord::default(),
         }
     }
@@ -161,6 +165,11 @@ impl Flusher {
     /// Whether keys wait for an early sync.
     pub(crate) fn early_sync_wanted(&self) -> bool {
         self.early_wanted.load(Ordering::Relaxed)
+    }
+
+    /// The engine time before which the early sync asked for should not leave (0: at once).
+    pub(crate) fn early_sync_not_before(&self) -> Nanos {
+        self.early_not_before.load(Ordering::Relaxed)
     }
 
     /// Resolves once keys have asked for an early sync.
@@ -248,6 +257,7 @@ impl Flusher {
         let mut report = FlushReport::default();
         if due == Due::Early {
             self.early_wanted.store(false, Ordering::Relaxed);
+            self.early_not_before.store(0, Ordering::Relaxed);
             let now = self.now();
             let (mut items, mut pending) = (Vec::new(), Vec::new());
             for rule in table.rules() {
@@ -331,10 +341,15 @@ impl Flusher {
                         .filter(|(synced, p)| !synced.apply(p, outcome, &self.node, (now, view)))
                         .count()
                 });
-                if pending
+                // Keys that read ahead of the others' flushes of this boundary read again
+                // once those have landed.
+                let read_ahead = pending
                     .iter()
-                    .any(|(synced, _)| synced.take_early_from_reply())
-                {
+                    .filter(|(synced, _)| synced.take_early_from_reply())
+                    .map(|(synced, _)| synced.read_ahead_at(now))
+                    .max();
+                if let Some(at) = read_ahead {
+                    self.early_not_before.fetch_max(at, Ordering::Relaxed);
                     self.wake_early_sync();
                 }
                 counter!("sluice_flushes_total", "result" => "ok").increment(1);

@@ -45,12 +45,19 @@ pub async fn run_flush_loop(
                 after_flush();
             }
             _ = engine.early_sync_asked() => {
-                tokio::time::sleep(EARLY_SYNC_DELAY).await;
+                tokio::time::sleep(early_delay(&engine)).await;
                 engine.flush_early().await;
             }
         }
     }
     current().flush().await
+}
+
+/// How long an early sync waits: [`EARLY_SYNC_DELAY`], or until the others' span flushes
+/// have landed when a key read ahead of them ([`Engine::early_sync_not_before`]).
+fn early_delay(engine: &Engine) -> Duration {
+    let wait = engine.early_sync_not_before().saturating_sub(engine.now());
+    EARLY_SYNC_DELAY.max(Duration::from_nanos(wait))
 }
 
 /// How many times a tick waits (a millisecond or more each) for the engine's clock to reach

@@ -124,6 +124,10 @@ pub(crate) struct SyncedRule {
 /// costs at most this many names (the span's flush takes the rest).
 const EARLY_QUEUE_MAX: usize = 16_384;
 
+/// How long after a span boundary a key that read ahead of the others' flushes reads again
+/// (see [`SyncedRule::read_ahead_at`]).
+pub const READ_AHEAD_MARGIN: std::time::Duration = std::time::Duration::from_millis(25);
+
 fn map<V>(capacity: usize) -> HashMap<EcoString, V, FastHasher> {
     HashMap::builder()
         .hasher(FastHasher::default())
@@ -183,6 +187,20 @@ impl SyncedRule {
         }
         queue.push(EcoString::from(key));
         true
+    }
+
+    /// When a key whose flush reply came before the others' flushes of the same span boundary
+    /// reads again (its early sync): [`READ_AHEAD_MARGIN`] after the boundary (at most a
+    /// twentieth of a span), on this instance's clock. Instances flush at the boundary by
+    /// their own clocks, which differ by what clock sync leaves (the store's clock read over
+    /// a round trip, or NTP with etcd); a read sent at once would miss an instance whose
+    /// flush lands a few milliseconds later and take its count from its demand a whole span
+    /// longer (measured: `examples/scenarios/stress/clock-spread.yaml`, three instances with
+    /// clocks 10 ms apart, up to 13% over the limit).
+    pub(crate) fn read_ahead_at(&self, now: Nanos) -> Nanos {
+        let p = &self.params;
+        let boundary = p.span_of(now).saturating_mul(p.span_ns);
+        boundary + (READ_AHEAD_MARGIN.as_nanos() as u64).min(p.span_ns / 20)
     }
 
     /// Whether a flush reply queued a key for an early sync since the last call.
