@@ -64,7 +64,7 @@ struct Tally {
 impl Tally {
     fn start(etcd: &EtcdCluster, user: &str) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let endpoints = etcd.endpoints().join(",");
+        let flags = etcd.etcdctl_flags();
         let marker = format!(":{user}/");
         let done = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -73,7 +73,7 @@ impl Tally {
                 let last = done.load(Ordering::Relaxed);
                 let out = Command::new("etcdctl")
                     .env("ETCDCTL_API", "3")
-                    .arg(format!("--endpoints={endpoints}"))
+                    .args(&flags)
                     .args(["get", "--prefix", "sluice:v1:e:"])
                     .output()
                     .expect("run etcdctl");

@@ -416,8 +416,9 @@ impl Engine {
     }
 
     /// The time on [`Engine::now`]'s clock before which the early sync asked for should not
-    /// leave, when later than [`crate::EARLY_SYNC_DELAY`] from now (0: none): a key read ahead
-    /// of the other instances' flushes of a span boundary and reads again once they landed.
+    /// leave (0: none; it leaves [`crate::EARLY_SYNC_DELAY`] after the ask at the soonest): a
+    /// key read ahead of the other instances' flushes of a span boundary and reads again once
+    /// they have landed.
     pub fn early_sync_not_before(&self) -> Nanos {
         self.flusher.early_sync_not_before()
     }

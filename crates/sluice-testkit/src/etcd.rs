@@ -233,26 +233,36 @@ impl EtcdCluster {
         self.etcdctl_run(args, None)
     }
 
-    fn etcdctl_run(&self, args: &[&str], input: Option<&str>) -> Option<String> {
+    /// `etcdctl`'s global flags for this cluster as it is now (its live members, its CA, the
+    /// root login): for a thread that runs `etcdctl` itself (with `ETCDCTL_API=3`) while the
+    /// test goes on.
+    pub fn etcdctl_flags(&self) -> Vec<String> {
         let live: Vec<String> = self
             .members
             .iter()
             .filter(|m| m.child.is_some())
             .map(|m| format!("127.0.0.1:{}", m.client))
             .collect();
+        let mut flags = vec![
+            format!("--endpoints={}", live.join(",")),
+            "--dial-timeout=2s".into(),
+            "--command-timeout=5s".into(),
+        ];
+        if self.tls {
+            flags.push(format!("--cacert={}", self.dir.join("ca.pem").display()));
+        }
+        if let Some(root) = &self.root_password {
+            flags.push(format!("--user=root:{root}"));
+        }
+        flags
+    }
+
+    fn etcdctl_run(&self, args: &[&str], input: Option<&str>) -> Option<String> {
         let mut command = Command::new("etcdctl");
         command
             .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", live.join(",")))
-            .arg("--dial-timeout=2s")
-            .arg("--command-timeout=5s");
-        if self.tls {
-            command.arg(format!("--cacert={}", self.dir.join("ca.pem").display()));
-        }
-        if let Some(root) = &self.root_password {
-            command.arg(format!("--user=root:{root}"));
-        }
-        command.args(args);
+            .args(self.etcdctl_flags())
+            .args(args);
         let out = match input {
             None => command.output().ok()?,
             Some(input) => {
