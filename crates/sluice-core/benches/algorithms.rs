@@ -45,7 +45,7 @@ fn clocks(c: &mut Criterion) {
     let system = SystemClock::new();
     let manual = ManualClock::new(1);
     let coarse = sluice_core::CoarseClock::new();
-    c.bench_function("clock/coarse_quanta_recent", |b| {
+    c.bench_function("clock/coarse_published", |b| {
         b.iter(|| black_box(coarse.now()))
     });
     c.bench_function("clock/system_quanta", |b| {

@@ -42,7 +42,8 @@ impl<C: Clock + ?Sized> Clock for &C {
 /// `quanta` reads the TSC in a few nanoseconds where `SystemTime::now` costs a syscall-free
 /// but slower vDSO call (see `docs/BENCHMARKS.md`, bench `clock`). Anchoring once means the
 /// clock never goes backwards even when NTP steps the wall clock; the synced engine corrects
-/// for drift against the store's `TIME`.
+/// for drift against the store's `TIME`. Its rate is the TSC's as calibrated when the clock is
+/// made, which can be off by hundreds of ppm; [`crate::CoarseClock`] corrects for that.
 #[derive(Clone, Debug)]
 pub struct SystemClock {
     clock: quanta::Clock,
@@ -78,76 +79,6 @@ impl Clock for SystemClock {
     fn now(&self) -> Nanos {
         let elapsed = self.clock.delta_as_nanos(self.anchor_raw, self.clock.raw());
         self.anchor_epoch.saturating_add(elapsed)
-    }
-}
-
-/// A clock read from a value refreshed every millisecond by one background thread (quanta's
-/// upkeep thread, started once per process on first use): reading it is one atomic load.
-///
-/// The default clock of [`crate::KeyedLimiter::new`] and of `sluice serve`. Resolution is about
-/// a millisecond; it never goes backwards. Event-driven proxies do the same (nginx and Envoy
-/// cache the time once per loop iteration). Measured side by side with [`SystemClock`] and
-/// [`StdClock`] in the `clock` bench (docs/BENCHMARKS.md). If the upkeep thread cannot be
-/// started, it reads the TSC like [`SystemClock`].
-#[derive(Clone, Debug)]
-pub struct CoarseClock {
-    /// Used when the upkeep thread could not be started.
-    fallback: Option<SystemClock>,
-    anchor: quanta::Instant,
-    anchor_epoch: Nanos,
-}
-
-/// How often the upkeep thread refreshes the coarse time.
-pub const COARSE_CLOCK_RESOLUTION: Duration = Duration::from_millis(1);
-
-/// Starts the upkeep thread once per process; true when one is running (ours or another
-/// library's, which quanta reports as `UpkeepRunning`).
-fn start_upkeep() -> bool {
-    static UPKEEP: std::sync::OnceLock<Result<quanta::Handle, bool>> = std::sync::OnceLock::new();
-    match UPKEEP.get_or_init(|| {
-        quanta::Upkeep::new(COARSE_CLOCK_RESOLUTION)
-            .start()
-            .map_err(|e| matches!(e, quanta::Error::UpkeepRunning))
-    }) {
-        Ok(_) => true,
-        Err(already_running) => *already_running,
-    }
-}
-
-impl CoarseClock {
-    /// Creates a coarse clock, starting the process's upkeep thread if needed.
-    pub fn new() -> Self {
-        // quanta publishes a first reading before `start` returns, so `recent()` is never zero
-        // once the thread runs.
-        let fallback = (!start_upkeep()).then(SystemClock::new);
-        // A fresh reading, not `recent()`: the upkeep thread's last one can be milliseconds
-        // old on a busy machine, and an anchor that old would set this clock ahead of the
-        // wall clock by as much for the life of the process (seen: 4 to 10 ms, enough to put
-        // one instance's span flushes ahead of the others').
-        let anchor = quanta::Instant::now();
-        let anchor_epoch = StdClock.now();
-        Self {
-            fallback,
-            anchor,
-            anchor_epoch,
-        }
-    }
-}
-
-impl Default for CoarseClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for CoarseClock {
-    #[inline]
-    fn now(&self) -> Nanos {
-        if let Some(precise) = &self.fallback {
-            return precise.now();
-        }
-        let elapsed = quanta::Instant::recent().saturating_duration_since(self.anchor);
-        self.anchor_epoch.saturating_add(duration_to_nanos(elapsed))
     }
 }
 
@@ -226,18 +157,6 @@ mod tests {
             wall.abs_diff(a) < 1_000_000_000,
             "anchored clock drifted: {a} vs {wall}"
         );
-    }
-
-    #[test]
-    fn coarse_clock_tracks_the_wall_clock() {
-        let clock = CoarseClock::new();
-        let a = clock.now();
-        let wall = StdClock.now();
-        assert!(
-            wall.abs_diff(a) < 1_000_000_000,
-            "coarse clock drifted: {a} vs {wall}"
-        );
-        assert!(clock.now() >= a);
     }
 
     #[test]

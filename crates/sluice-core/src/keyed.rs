@@ -6,7 +6,8 @@ use papaya::{Equivalent, HashMap, ResizeMode};
 
 use crate::algorithm::Algorithm;
 use crate::cell::StateCell;
-use crate::clock::{Clock, CoarseClock, Nanos};
+use crate::clock::{Clock, Nanos};
+use crate::coarse::CoarseClock;
 use crate::decision::Decision;
 
 type FastHasher = foldhash::fast::RandomState;

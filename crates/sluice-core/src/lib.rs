@@ -28,6 +28,7 @@
 mod algorithm;
 mod cell;
 mod clock;
+mod coarse;
 mod decision;
 mod keyed;
 mod rate;
@@ -37,10 +38,8 @@ pub use algorithm::{
     SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
 };
 pub use cell::{AtomicCell, LockedCell, StateCell};
-pub use clock::{
-    COARSE_CLOCK_RESOLUTION, Clock, CoarseClock, ManualClock, Nanos, StdClock, SystemClock,
-    duration_to_nanos,
-};
+pub use clock::{Clock, ManualClock, Nanos, StdClock, SystemClock, duration_to_nanos};
+pub use coarse::{COARSE_CLOCK_RESOLUTION, CoarseClock};
 pub use decision::{Allowed, Decision, Denied, InsufficientCapacity, MAX_COST};
 pub use keyed::{CellFor, KeyedLimiter};
 pub use rate::{Rate, RateError, format_duration};

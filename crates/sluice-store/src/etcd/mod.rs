@@ -78,10 +78,9 @@ impl EtcdStore {
     ///
     /// etcd has no clock to read, so `clock` stands in for the store's: the instances sharing
     /// the store align their windows on it. Give it the host's system clock (kept by NTP,
-    /// `sluice_core::StdClock`), not a fast clock calibrated at start: an engine follows the
-    /// store's clock, so the system clock also corrects its own clock's drift (a TSC
+    /// `sluice_core::StdClock`), not a TSC clock anchored once (`SystemClock`): a TSC
     /// calibrated on a busy machine was measured running 260 ppm fast, which put one
-    /// instance's span flushes ahead of the others').
+    /// instance's span flushes ahead of the others'. Each call's time is read when it is made.
     pub fn connect(
         target: &EtcdTarget,
         options: EtcdStoreOptions,
