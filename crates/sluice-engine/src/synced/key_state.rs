@@ -222,6 +222,8 @@ impl KeyState {
         let demand_at = timeline.at(old_start, self.demand_at);
         self.demand_at = timeline.stamp(start, demand_at);
         self.activity.shift(gap);
+        // The replies of the window before say nothing of who counts in this one.
+        self.activity.remove(Activity::BOUNDARY_REPLY);
         self.flags.remove(KeyFlags::PREV_KNOWN);
         if gap >= 2 {
             // A whole window has passed: the span kept is not the current one, and after

@@ -57,7 +57,9 @@ pub(crate) fn phantoms(
 }
 
 /// Predictive estimate of the global count in the key's window at `now`; `phantoms`
-/// instances nobody listed yet are taken to have counted what this one has.
+/// instances nobody listed yet are taken to have counted what this one has, and another
+/// instance whose demand is not known yet (its entry was written after a single hit) to
+/// demand what this one does, as [`share`] takes it.
 pub(crate) fn estimate(
     p: &SyncedParams,
     key: &KeyState,
@@ -73,7 +75,12 @@ pub(crate) fn estimate(
             // An entry not refreshed for two spans belongs to an instance that left; while
             // the store is silent nobody refreshes, so entries do not go stale then.
             if !health.answering() || shared.live(p, o, now) {
-                others += o.demand.hits_in(now.saturating_sub(o.at.max(window_start)));
+                let demand = if o.demand.is_none() && !o.unlisted() {
+                    key.demand
+                } else {
+                    o.demand
+                };
+                others += demand.hits_in(now.saturating_sub(o.at.max(window_start)));
             }
         }
     }

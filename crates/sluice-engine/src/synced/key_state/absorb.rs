@@ -110,7 +110,8 @@ impl KeyState {
             let mut others = listed_others(p, shared, outcome, node, window_start, now);
             others.extend(unlisted);
             set_others(shared, others, now);
-            if self.settles(p, shared.as_ref(), others_seen, early, (now, store)) {
+            let boundary = (!early).then_some(window_start);
+            if self.settles(p, shared.as_ref(), others_seen, boundary, (now, store)) {
                 self.flags.insert(KeyFlags::SETTLED);
             }
             self.flags.insert(KeyFlags::SEEN_ENTRIES);
@@ -126,12 +127,15 @@ impl KeyState {
         } else if self.has(KeyFlags::SEEN_ENTRIES) {
             // A flush that only added its count (the key was ours alone, or far below its
             // limit): anything beyond our count is someone else's, one unlisted group. The
-            // entries known from before go: their counts are in that total too.
+            // entries known from before go: their counts are in that total too. Except, with
+            // nothing beyond our count, the ones carried from the previous window: they have
+            // not flushed in this one yet (its first boundary's flushes land together), and
+            // dropping them would leave the key to this instance alone for a span.
             let mut others = shared
                 .as_mut()
                 .map(|x| std::mem::take(&mut x.others))
                 .unwrap_or_default();
-            others.clear();
+            others.retain(|o| unlisted.is_none() && !o.unlisted() && o.at <= window_start);
             others.extend(unlisted);
             set_others(shared, others, now);
         }
@@ -180,15 +184,24 @@ impl KeyState {
 
     /// Whether a reply with entries settles whether the key is shared. With a fleet of
     /// several instances: once the reply lists all of them, or at the second reply to a
-    /// span-boundary flush (by then every instance that counted the key before the last
-    /// boundary has flushed it). With no fleet known: once a reply shows another instance,
-    /// or at the second reply.
+    /// span-boundary flush in the same window (by then every instance that counted the key in
+    /// the window before the last boundary has flushed it). With no fleet known: once a reply
+    /// shows another instance, or at the second reply. `boundary` is the key's window start
+    /// for a reply to a span-boundary flush, `None` for an early sync's.
+    ///
+    /// A reply to the flush at the window's own start does not count towards the two: nobody
+    /// had counted in the new window before it, and the others' counts of the window before
+    /// are in that window's entries, not this one's. Counted, it let an instance that met a
+    /// key near the end of a window settle it as its own at the next window's first
+    /// boundaries, whose flushes all land at once (each reply before the others'), and admit
+    /// the whole limit alone for a span (simulated: 28 of 20 in a window of
+    /// `first-window/churn-3`).
     fn settles(
         &mut self,
         p: &SyncedParams,
         shared: Option<&Shared>,
         others_seen: bool,
-        early: bool,
+        boundary: Option<Nanos>,
         (now, store): (Nanos, StoreView),
     ) -> bool {
         let parties = store.fleet.max(p.expected_instances);
@@ -199,7 +212,10 @@ impl KeyState {
         if listed + 1 >= parties {
             return true;
         }
-        if early {
+        let Some(window_start) = boundary else {
+            return false;
+        };
+        if p.span_of(now) == p.span_of(window_start) {
             return false;
         }
         let second = self.activity.contains(Activity::BOUNDARY_REPLY);
