@@ -98,6 +98,40 @@ async fn a_fleet_that_starts_together_keeps_its_first_window() {
 }
 
 #[tokio::test]
+async fn a_count_only_flush_at_a_window_start_keeps_the_instances_of_the_last_window() {
+    // Three instances share a key far below its limit (100 per 10 s, 5 spans of 2 s), so
+    // after a window's first flush theirs only add their counts. At the new window's second
+    // boundary the first instance to flush reads a total that holds only its own count: the
+    // others have not flushed in this window yet. It used to take that as having the key to
+    // itself and drop them, then admit alone until its next reply (24 of 20 in a window of
+    // `first-window/churn-5`).
+    let rules = synced_rule(100, "10s", 5, "predictive", "fixed_window");
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::expecting(&rules, store, &[0, 0, 0], true, 3);
+    // Four requests a second in turn over the three instances, for a window and a span;
+    // every instance flushes at each span boundary.
+    let (mut t, mut n) = (T0, 0);
+    while t < T0 + 12 * SECOND {
+        store_clock.set(t);
+        fleet.set_time(t);
+        fleet.flush_due().await;
+        assert!(fleet.check(n % 3, "alice").allowed);
+        (t, n) = (t + SECOND / 4, n + 1);
+    }
+    // The boundary at 12 s: the first instance flushes, the others not yet.
+    store_clock.set(t);
+    fleet.set_time(t);
+    let first = &fleet.instances[0].engine;
+    first.flush_due().await;
+    let info = &first.key_info("d", &[("user", "alice")])[0];
+    // The others (one unlisted group by then: their flushes only added counts) are still
+    // there, and their demand since the window began is in the estimate (about 5).
+    assert_eq!(info.live_instances, 2, "{info:?}");
+    assert!(info.estimate >= info.local as f64 + 3.0, "{info:?}");
+}
+
+#[tokio::test]
 async fn predictive_with_skewed_clocks_stays_within_five_percent() {
     let (admitted, _) = run_even(
         "predictive",

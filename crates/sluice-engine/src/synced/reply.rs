@@ -31,14 +31,15 @@ pub(super) fn unlisted_demand(
 }
 
 /// The others a reply with entries lists, plus those known from the previous window that
-/// have not flushed in this one yet.
+/// have not flushed in this one yet. `unlisted`: whether the total holds counts no entry
+/// accounts for (the group is then worked out afresh from it).
 pub(super) fn listed_others(
     p: &SyncedParams,
     shared: &mut Option<Shared>,
     outcome: &FlushOutcome,
     node: &str,
-    window_start: Nanos,
-    now: Nanos,
+    (window_start, now): (Nanos, Nanos),
+    unlisted: bool,
 ) -> Others {
     // An entry already stale when the store answers belongs to an instance that left: drop
     // it, or the next window roll would re-date it and bring it back to life. After an outage
@@ -58,13 +59,17 @@ pub(super) fn listed_others(
         .collect();
     // Instances known from the previous window that have not flushed in this one yet keep
     // their carried demand until they go stale (one that did report, even stale, is judged
-    // by its report above). The unlisted group is worked out afresh from each total.
+    // by its report above). So does the last window's unlisted group while the total holds
+    // nothing unlisted (its instances have not flushed here yet); otherwise the group is
+    // worked out afresh from the total.
     let known = shared.as_mut().map(|x| std::mem::take(&mut x.others));
     for o in known.into_iter().flatten() {
-        if !o.unlisted()
-            && o.at <= window_start
-            && !outcome.entries.iter().any(|n| n.node == o.node)
-        {
+        let carried = if o.unlisted() {
+            !unlisted
+        } else {
+            !outcome.entries.iter().any(|n| n.node == o.node)
+        };
+        if carried && o.at <= window_start {
             others.push(o);
         }
     }

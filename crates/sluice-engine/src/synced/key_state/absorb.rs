@@ -107,7 +107,14 @@ impl KeyState {
             let others_seen = listed > 0
                 || unlisted.is_some()
                 || outcome.entries.iter().any(|e| &*e.node != node);
-            let mut others = listed_others(p, shared, outcome, node, window_start, now);
+            let mut others = listed_others(
+                p,
+                shared,
+                outcome,
+                node,
+                (window_start, now),
+                unlisted.is_some(),
+            );
             others.extend(unlisted);
             set_others(shared, others, now);
             let boundary = (!early).then_some(window_start);
@@ -128,14 +135,15 @@ impl KeyState {
             // A flush that only added its count (the key was ours alone, or far below its
             // limit): anything beyond our count is someone else's, one unlisted group. The
             // entries known from before go: their counts are in that total too. Except, with
-            // nothing beyond our count, the ones carried from the previous window: they have
-            // not flushed in this one yet (its first boundary's flushes land together), and
-            // dropping them would leave the key to this instance alone for a span.
+            // nothing beyond our count, the ones carried from the previous window (entries or
+            // its unlisted group): they have not flushed in this one yet (its boundaries'
+            // flushes land together), and dropping them would leave the key to this instance
+            // alone for a span.
             let mut others = shared
                 .as_mut()
                 .map(|x| std::mem::take(&mut x.others))
                 .unwrap_or_default();
-            others.retain(|o| unlisted.is_none() && !o.unlisted() && o.at <= window_start);
+            others.retain(|o| unlisted.is_none() && o.at <= window_start);
             others.extend(unlisted);
             set_others(shared, others, now);
         }
