@@ -59,13 +59,14 @@ pub(super) fn listed_others(
         .collect();
     // Instances known from the previous window that have not flushed in this one yet keep
     // their carried demand until they go stale (one that did report, even stale, is judged
-    // by its report above). So does the last window's unlisted group while the total holds
-    // nothing unlisted (its instances have not flushed here yet); otherwise the group is
-    // worked out afresh from the total.
+    // by its report above). So does the last window's unlisted group while the reply shows
+    // nobody else at all (its instances have not flushed here yet; once one has, the group
+    // would count it twice); otherwise the group is worked out afresh from the total.
+    let nobody_else = !unlisted && outcome.entries.iter().all(|e| &*e.node == node);
     let known = shared.as_mut().map(|x| std::mem::take(&mut x.others));
     for o in known.into_iter().flatten() {
         let carried = if o.unlisted() {
-            !unlisted
+            nobody_else
         } else {
             !outcome.entries.iter().any(|n| n.node == o.node)
         };
