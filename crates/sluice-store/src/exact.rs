@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::window_counter::WindowCounter;
 use sluice_core::{
     Algorithm, Allowed, Decision, Denied, FixedWindow, FixedWindowState, Gcra, Rate, SlidingLog,
     SlidingLogState, SlidingWindow, SlidingWindowState,
@@ -46,6 +47,18 @@ pub enum ExactAlgorithm {
         /// Window, µs.
         window_us: u64,
     },
+    /// A `synced` rule's window counter (`<key>:<window>`, which its flushes add to), for a
+    /// key whose limit is too small to share among the instances: admitted while the window's
+    /// count (with `sliding`, plus the previous window's weighted count) leaves room for the
+    /// cost. The counter lives two windows, as a flush's does.
+    WindowCounter {
+        /// Limit per window.
+        limit: u64,
+        /// Window, µs.
+        window_us: u64,
+        /// Weigh the previous window's count in (sliding window counter).
+        sliding: bool,
+    },
 }
 
 impl ExactAlgorithm {
@@ -54,7 +67,35 @@ impl ExactAlgorithm {
             ExactAlgorithm::FixedWindow { window_us, .. }
             | ExactAlgorithm::TokenBucket { window_us, .. }
             | ExactAlgorithm::SlidingWindow { window_us, .. }
-            | ExactAlgorithm::SlidingLog { window_us, .. } => window_us,
+            | ExactAlgorithm::SlidingLog { window_us, .. }
+            | ExactAlgorithm::WindowCounter { window_us, .. } => window_us,
+        }
+    }
+
+    /// The limit per window.
+    pub fn limit(&self) -> u64 {
+        match *self {
+            ExactAlgorithm::FixedWindow { limit, .. }
+            | ExactAlgorithm::TokenBucket { limit, .. }
+            | ExactAlgorithm::SlidingWindow { limit, .. }
+            | ExactAlgorithm::SlidingLog { limit, .. }
+            | ExactAlgorithm::WindowCounter { limit, .. } => limit,
+        }
+    }
+
+    /// The window-counter decision, for [`ExactAlgorithm::WindowCounter`].
+    pub(crate) fn window_counter(&self) -> Option<WindowCounter> {
+        match *self {
+            ExactAlgorithm::WindowCounter {
+                limit,
+                window_us,
+                sliding,
+            } if window_us > 0 => Some(WindowCounter {
+                limit,
+                window_us,
+                sliding,
+            }),
+            _ => None,
         }
     }
 
@@ -105,7 +146,9 @@ fn from_us(decision: Decision) -> Decision {
 
 /// Runs `request` against `state` with the core algorithms: the reference the Redis scripts
 /// mirror. Returns the decision and the new state. A state of the wrong kind (the rule's
-/// algorithm changed) starts over.
+/// algorithm changed) starts over. `None` for invalid parameters, and for
+/// [`ExactAlgorithm::WindowCounter`], which decides on the window counters (the memory store
+/// keeps them with its flushed counts).
 pub fn decide_in_memory(
     request: &ExactRequest,
     state: Option<ExactStateHandle>,
@@ -152,6 +195,7 @@ pub fn decide_in_memory(
             let (d, s) = alg.check(prev, request.now_us, request.cost);
             (d, ExactState::Log(s))
         }
+        ExactAlgorithm::WindowCounter { .. } => return None,
     };
     Some((from_us(d), ExactStateHandle(s)))
 }

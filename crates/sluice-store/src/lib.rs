@@ -33,6 +33,7 @@ pub mod fuzzing;
 mod key;
 mod memory;
 mod redis;
+mod window_counter;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sluice_core::{Clock, Decision, Nanos, duration_to_nanos};
 
 use crate::exact::{ExactRequest, ExactStateHandle, decide_in_memory};
+use crate::window_counter::WindowCounter;
 use crate::{
     CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, FlushTime, NodeEntry,
     Presence, StoreError, StoreFuture,
@@ -26,6 +27,39 @@ struct State {
 }
 
 impl State {
+    /// A window-counter decision on the counters flushes add to; a new counter lives two
+    /// windows, as the Redis script sets it.
+    fn window_counter(
+        &mut self,
+        counter: &WindowCounter,
+        request: &ExactRequest,
+        now: Nanos,
+    ) -> Decision {
+        let window = counter.window(request.now_us);
+        let count = |state: &Self, w: u64| {
+            state
+                .counters
+                .get(&format!("{}:{w}", request.key))
+                .filter(|(_, exp)| *exp > now)
+                .map_or(0, |(v, _)| *v)
+        };
+        let current = count(self, window);
+        let previous = window.checked_sub(1).map_or(0, |w| count(self, w));
+        let (decision, add) = counter.decide(current, previous, request.now_us, request.cost);
+        if add > 0 {
+            let expires = now.saturating_add(counter.window_us.saturating_mul(2_000));
+            let slot = self
+                .counters
+                .entry(format!("{}:{window}", request.key))
+                .or_insert((0, expires));
+            if slot.1 <= now {
+                *slot = (0, expires);
+            }
+            slot.0 = slot.0.saturating_add(add);
+        }
+        decision
+    }
+
     fn sweep(&mut self, now: Nanos) {
         self.counters.retain(|_, (_, exp)| *exp > now);
         self.nodes.retain(|_, (_, exp)| *exp > now);
@@ -251,6 +285,9 @@ impl MemoryStore {
     fn exact_now(&self, request: &ExactRequest) -> Result<Decision, StoreError> {
         let now = self.clock.now();
         let mut state = self.lock();
+        if let Some(counter) = request.algorithm.window_counter() {
+            return Ok(state.window_counter(&counter, request, now));
+        }
         let previous = state
             .exact
             .get(&request.key)

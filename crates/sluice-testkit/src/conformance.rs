@@ -253,10 +253,96 @@ pub async fn exact_agrees_with_core(store: &dyn CounterStore, prefix: &str) {
     }
 }
 
+/// A synced rule's store decision ([`ExactAlgorithm::WindowCounter`]) shares the window
+/// counters with the flushes: other instances' flushed counts leave less room, each admission
+/// adds its cost to the count the next flush reads, and a sliding window weighs the previous
+/// window's count in. Checked against a plain model, step by step.
+pub async fn window_counter_shares_the_flushed_counts(store: &dyn CounterStore, prefix: &str) {
+    for sliding in [false, true] {
+        let key = CounterKey::new(&format!("{prefix}/small-{sliding}"), &["k"]);
+        let (limit, w) = (6u64, 1_000_000u64);
+        let algorithm = ExactAlgorithm::WindowCounter {
+            limit,
+            window_us: w,
+            sliding,
+        };
+        let mut counts = std::collections::BTreeMap::<u64, u64>::new();
+        let mut rng = 0x51de_u64 + u64::from(sliding);
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        // Whole windows from a round number, so the window numbers are small.
+        let mut now_us = 1_700_000_000 * w;
+        let (mut allowed, mut denied) = (0, 0);
+        for step in 0..200 {
+            now_us += next() % 120_000;
+            let window = now_us / w;
+            if next() % 4 == 0 {
+                // Another instance's flush.
+                let delta = next() % 3;
+                let reply = store
+                    .flush(&[item(&key, window, delta, None)], None)
+                    .await
+                    .expect("flush");
+                *counts.entry(window).or_default() += delta;
+                let total = reply.results[0].as_ref().expect("flushed").total;
+                assert_eq!(total, counts[&window], "step {step}: the flush's total");
+                continue;
+            }
+            let cost = if next() % 8 == 0 { 2 } else { 1 };
+            let current = counts.get(&window).copied().unwrap_or(0);
+            let previous = if sliding {
+                counts.get(&(window - 1)).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            let elapsed = now_us % w;
+            let fits = previous * (w - elapsed) + (current + cost) * w <= limit * w;
+            let request = ExactRequest {
+                key: key.as_str().into(),
+                algorithm,
+                now_us,
+                cost,
+            };
+            let d = store.exact(&request).await.expect("decision");
+            let reset = Duration::from_micros(w - elapsed);
+            match d {
+                Decision::Allowed(a) if fits => {
+                    allowed += 1;
+                    *counts.entry(window).or_default() += cost;
+                    let used = previous * (w - elapsed) + (current + cost) * w;
+                    assert_eq!(a.remaining, (limit * w - used) / w, "step {step}");
+                    assert_eq!(a.reset_after, reset, "step {step}");
+                }
+                Decision::Denied(d) if !fits => {
+                    denied += 1;
+                    assert_eq!(d.reset_after, reset, "step {step}");
+                    assert!(
+                        d.retry_after > Duration::ZERO && d.retry_after <= reset,
+                        "step {step}: {d:?}"
+                    );
+                }
+                other => panic!(
+                    "{}: sliding {sliding}, step {step}: {current} + {cost} (previous {previous}) of {limit}: {other:?}",
+                    store.describe()
+                ),
+            }
+        }
+        assert!(
+            allowed > 20 && denied > 20,
+            "one-sided: {allowed} / {denied}"
+        );
+    }
+}
+
 /// The whole suite.
 pub async fn run(store: &dyn CounterStore, prefix: &str) {
     flush_semantics(store, prefix).await;
     exact_agrees_with_core(store, prefix).await;
+    window_counter_shares_the_flushed_counts(store, prefix).await;
 }
 
 /// The suite for a store that serves `synced` mode only: the flush semantics, and `exact`

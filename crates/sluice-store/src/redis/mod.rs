@@ -83,6 +83,7 @@ struct Scripts {
     token_bucket: redis::Script,
     sliding_window: redis::Script,
     sliding_log: redis::Script,
+    window_counter: redis::Script,
     announce: redis::Script,
 }
 
@@ -93,6 +94,7 @@ impl Scripts {
             token_bucket: redis::Script::new(&scripts::token_bucket()),
             sliding_window: redis::Script::new(&scripts::sliding_window()),
             sliding_log: redis::Script::new(&scripts::sliding_log()),
+            window_counter: redis::Script::new(&scripts::window_counter()),
             announce: redis::Script::new(&scripts::announce()),
         }
     }
@@ -346,15 +348,20 @@ impl RedisStore {
                     vec![format!("{key}:log"), format!("{key}:logm")],
                     None,
                 ),
+                // The counters the rule's flushes add to (one slot: the key's hash tag).
+                ExactAlgorithm::WindowCounter { sliding, .. } => {
+                    let window = request.now_us / request.algorithm.window_us().max(1);
+                    (
+                        &self.scripts.window_counter,
+                        vec![
+                            format!("{key}:{window}"),
+                            format!("{key}:{}", window.saturating_sub(1)),
+                        ],
+                        Some(u64::from(sliding)),
+                    )
+                }
             };
-        let (limit, window_us) = match request.algorithm {
-            ExactAlgorithm::FixedWindow { limit, window_us }
-            | ExactAlgorithm::TokenBucket {
-                limit, window_us, ..
-            }
-            | ExactAlgorithm::SlidingWindow { limit, window_us }
-            | ExactAlgorithm::SlidingLog { limit, window_us } => (limit, window_us),
-        };
+        let (limit, window_us) = (request.algorithm.limit(), request.algorithm.window_us());
         let mut invocation = script.prepare_invoke();
         for k in &keys {
             invocation.key(k);

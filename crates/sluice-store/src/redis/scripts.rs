@@ -115,6 +115,43 @@ return {0, remaining, (ws + w - at) + w + lag, 0}
     )
 }
 
+/// KEYS: the window's counter (`<key>:<window>`, which synced flushes `INCRBY`), the previous
+/// window's. ARGV: now_us, window_us, limit, cost, sliding (1: weigh the previous window in).
+/// Mirrors `window_counter.rs`; a new counter lives two windows, as a flush sets it.
+pub fn window_counter() -> String {
+    format!(
+        "{PROLOGUE}{}",
+        r"
+if cost > limit then return {2, limit, 0, 0} end
+local sliding = tonumber(ARGV[5]) == 1
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local prev = 0
+if sliding then prev = tonumber(redis.call('GET', KEYS[2]) or '0') end
+local elapsed = now % w
+local reset = w - elapsed
+local weighted = prev * (w - elapsed)
+local wanted = (cur + cost) * w
+local cap = limit * w
+if weighted + wanted > cap then
+  local retry = reset
+  if sliding and cur + cost <= limit and prev > 0 then
+    local fits = math.floor((limit - cur - cost) * w / prev)
+    if fits > w then fits = w end
+    retry = (w - fits) - elapsed
+    if retry < 1 then retry = 1 end
+  end
+  return {1, 0, reset, retry}
+end
+if cost > 0 then
+  if redis.call('INCRBY', KEYS[1], cost) == cost then
+    redis.call('PEXPIRE', KEYS[1], math.floor(2 * w / 1000) + 1)
+  end
+end
+return {0, math.floor((cap - weighted - wanted) / w), reset, 0}
+"
+    )
+}
+
 /// KEYS: sorted set of admissions (member `ts:cost`, score ts), meta hash (newest, total).
 /// ARGV: now_us, window_us, limit, cost.
 pub fn sliding_log() -> String {
