@@ -57,7 +57,7 @@ pub use protection::{Access, ListenerLimits, TlsFiles};
 pub use redact::{redact_secrets, redact_url, secrets_in};
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
-    ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings,
+    ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings, SmallLimits,
 };
 pub use service::{DEFAULT_FLUSH_CHUNK_ITEMS, HeaderStyle, Listen, ServiceConfig};
 pub use target::{

@@ -84,6 +84,10 @@ pub(crate) fn parse_limit(raw: &Spanned<RawRateLimit>) -> Result<Limit, Located>
                 r.on_store_error.as_ref().map(|s| s.referenced),
             ),
             ("policy", r.policy.as_ref().map(|s| s.referenced)),
+            (
+                "small_limits",
+                r.small_limits.as_ref().map(|s| s.referenced),
+            ),
         ];
         if let Some((field, Some(at))) = extensions.into_iter().find(|(_, at)| at.is_some()) {
             return Err(Located::at_location(
@@ -117,7 +121,7 @@ pub(crate) fn parse_limit(raw: &Spanned<RawRateLimit>) -> Result<Limit, Located>
         r.spans.as_ref(),
         r.cooldown.as_ref(),
         r.on_store_error.as_ref(),
-        r.policy.as_ref(),
+        (r.policy.as_ref(), r.small_limits.as_ref()),
     )?;
     let loc_of = |field: &str| -> (u64, u64) {
         let spanned_loc = match field {

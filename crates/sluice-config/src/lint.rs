@@ -134,6 +134,14 @@ fn rule_warnings(config: &ServiceConfig, domain: &Domain, rule: &Rule, out: &mut
             r.algorithm.name()
         ));
     }
+    if (!synced || r.policy == crate::Policy::Reactive) && spec.settings.small_limits.is_some() {
+        let policy = if synced { " `reactive`" } else { "" };
+        warn(format!(
+            "`small_limits` applies only to synced rules with a window algorithm and the predictive policy; this{policy} {} `{}` rule ignores it",
+            r.mode.name(),
+            r.algorithm.name()
+        ));
+    }
     if !synced && spec.settings.policy.is_some() {
         warn(format!(
             "`policy` applies only to synced rules with a window algorithm; this {} `{}` rule ignores it",

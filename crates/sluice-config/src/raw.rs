@@ -54,6 +54,7 @@ pub(crate) struct RawRateLimit {
     pub cooldown: Option<Spanned<String>>,
     pub on_store_error: Option<Spanned<String>>,
     pub policy: Option<Spanned<String>>,
+    pub small_limits: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +137,7 @@ pub(crate) struct RawDefaults {
     pub cooldown: Option<Spanned<String>>,
     pub algorithm: Option<Spanned<String>>,
     pub on_store_error: Option<Spanned<String>>,
+    pub small_limits: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -9,7 +9,7 @@ use crate::error::{Located, suggestion};
 use crate::raw::{RawDescriptor, RawDomainFile, RawRateLimit};
 pub use crate::settings::{
     AlgorithmKind, BUILTIN_SPANS, Limit, LimitSpec, Mode, OnStoreError, Policy, ResolvedLimit,
-    RuleSettings,
+    RuleSettings, SmallLimits,
 };
 pub(crate) use crate::settings::{check_settings_fit, parse_positive_duration, parse_settings};
 

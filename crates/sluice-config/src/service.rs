@@ -202,7 +202,7 @@ impl ServiceConfig {
             d.spans.as_ref(),
             d.cooldown.as_ref(),
             d.on_store_error.as_ref(),
-            d.policy.as_ref(),
+            (d.policy.as_ref(), d.small_limits.as_ref()),
         )
         .map_err(err)?;
         let headers = raw

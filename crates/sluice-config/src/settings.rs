@@ -99,6 +99,39 @@ impl Mode {
     }
 }
 
+/// What a synced rule does with a limit too small to share among the instances (under two
+/// requests per instance and span, with the instances the store counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SmallLimits {
+    /// Each request is decided at the store, on the window counter the flushes add to (one
+    /// round trip per request until the key is over its limit): the default.
+    Store,
+    /// Every decision stays local, on this instance's share (no request waits on the store).
+    Share,
+}
+
+impl SmallLimits {
+    /// Names as written in config.
+    pub const NAMES: &'static [&'static str] = &["store", "share"];
+
+    /// The name as written in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            SmallLimits::Store => "store",
+            SmallLimits::Share => "share",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "store" => SmallLimits::Store,
+            "share" => SmallLimits::Share,
+            _ => return None,
+        })
+    }
+}
+
 /// How a synced rule decides between flushes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -180,6 +213,8 @@ pub struct RuleSettings {
     pub on_store_error: Option<OnStoreError>,
     /// Synced mode's policy.
     pub policy: Option<Policy>,
+    /// Synced mode, predictive policy: a limit too small to share.
+    pub small_limits: Option<SmallLimits>,
 }
 
 /// A limit as written: the rate, and everything else optional.
@@ -216,6 +251,8 @@ pub struct ResolvedLimit {
     pub on_store_error: OnStoreError,
     /// Synced mode's policy.
     pub policy: Policy,
+    /// Synced mode, predictive policy: a limit too small to share.
+    pub small_limits: SmallLimits,
 }
 
 /// Values used when neither the rule nor `defaults:` says otherwise.
@@ -241,6 +278,10 @@ impl LimitSpec {
                 .or(defaults.on_store_error)
                 .unwrap_or(OnStoreError::Local),
             policy: s.policy.or(defaults.policy).unwrap_or(Policy::Predictive),
+            small_limits: s
+                .small_limits
+                .or(defaults.small_limits)
+                .unwrap_or(SmallLimits::Store),
         }
     }
 }
@@ -327,7 +368,7 @@ pub(crate) fn parse_settings(
     spans: Option<&Spanned<i64>>,
     cooldown: Option<&Spanned<String>>,
     on_store_error: Option<&Spanned<String>>,
-    policy: Option<&Spanned<String>>,
+    (policy, small_limits): (Option<&Spanned<String>>, Option<&Spanned<String>>),
 ) -> Result<RuleSettings, Located> {
     let spans = spans
         .map(|s| {
@@ -366,6 +407,9 @@ pub(crate) fn parse_settings(
             .transpose()?,
         policy: policy
             .map(|p| parse_choice("policy", p, Policy::NAMES, Policy::parse))
+            .transpose()?,
+        small_limits: small_limits
+            .map(|s| parse_choice("small_limits", s, SmallLimits::NAMES, SmallLimits::parse))
             .transpose()?,
     })
 }

@@ -1,5 +1,6 @@
-//! `exact` mode: one store round trip per decision, with a local cache of keys known to be over
-//! their limit and the rule's `on_store_error` behaviour.
+//! Decisions taken in the store: `exact` mode (one store round trip per decision, with a local
+//! cache of keys known to be over their limit and the rule's `on_store_error` behaviour), and
+//! the same calls for a synced rule whose limit is too small to share.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,11 +24,124 @@ pub(crate) struct StoreCalls<'a> {
 
 type FastHasher = foldhash::fast::RandomState;
 
-pub(crate) struct ExactRule {
+/// What asking the store for a decision gave.
+pub(crate) enum Asked {
+    /// The store decided, or the key is known over its limit.
+    Decided(Decision, Option<Reason>),
+    /// No answer: the store failed (its error), or the breaker is open (none).
+    Unanswered(Option<StoreError>),
+}
+
+/// Decisions taken in the store, one round trip each, with a cache of the keys it denied
+/// until they may have room again: an `exact` rule's, and a synced rule's for a limit too
+/// small to share.
+pub(crate) struct StoreDecisions {
     algorithm: ExactAlgorithm,
-    on_store_error: OnStoreError,
     /// Keys denied by the store, and until when (store-corrected ns).
     over_limit: HashMap<String, AtomicU64, FastHasher>,
+}
+
+impl StoreDecisions {
+    pub(crate) fn new(algorithm: ExactAlgorithm) -> Self {
+        Self {
+            algorithm,
+            over_limit: HashMap::builder().hasher(FastHasher::default()).build(),
+        }
+    }
+
+    /// Decides one request: a key known to be over its limit is denied here; otherwise the
+    /// store decides, within the request's time budget and unless the breaker is open.
+    pub(crate) async fn ask(
+        &self,
+        store: &StoreCalls<'_>,
+        key: &str,
+        store_key: Arc<str>,
+        now: Nanos,
+        cost: u64,
+        max_keys: usize,
+    ) -> Asked {
+        {
+            let guard = self.over_limit.guard();
+            if let Some(until) = self.over_limit.get(key, &guard) {
+                let until = until.load(Ordering::Relaxed);
+                if now < until {
+                    let wait = Duration::from_nanos(until - now);
+                    let denied = Decision::Denied(sluice_core::Denied {
+                        retry_after: wait,
+                        reset_after: wait,
+                    });
+                    return Asked::Decided(denied, Some(Reason::CachedOverLimit));
+                }
+                self.over_limit.remove(key, &guard);
+            }
+        }
+        if store.breaker.admit(now) == Admission::FailFast {
+            return Asked::Unanswered(None);
+        }
+        let request = ExactRequest {
+            key: store_key,
+            algorithm: self.algorithm,
+            now_us: now / 1000,
+            cost,
+        };
+        // A call cut off by the budget may still be applied by the store: counted, not
+        // admitted (the safe side).
+        let call = store.store.exact(&request);
+        let result = match store.timeout {
+            Some(budget) => tokio::time::timeout(budget, call)
+                .await
+                .unwrap_or(Err(StoreError::Timeout(budget))),
+            None => call.await,
+        };
+        match &result {
+            Ok(_) => store.breaker.succeeded(),
+            Err(e) if e.is_unavailable() => store.breaker.failed(now),
+            Err(_) => {}
+        }
+        match result {
+            Ok(Decision::Denied(d)) => {
+                let until =
+                    now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
+                // The cache only saves store calls: at the key cap it stops growing.
+                if self.over_limit.len() < max_keys {
+                    self.over_limit
+                        .pin()
+                        .insert(key.to_owned(), AtomicU64::new(until));
+                }
+                Asked::Decided(Decision::Denied(d), Some(Reason::Exact))
+            }
+            Ok(d) => Asked::Decided(d, None),
+            Err(e) => Asked::Unanswered(Some(e)),
+        }
+    }
+
+    /// Forgets the keys whose block has passed; returns how many.
+    /// Forgets the keys whose block has passed; returns how many.
+    pub(crate) fn evict(&self, now: Nanos) -> usize {
+        let guard = self.over_limit.guard();
+        let before = self.over_limit.len();
+        self.over_limit
+            .retain(|_, until| until.load(Ordering::Relaxed) > now, &guard);
+        before - self.over_limit.len()
+    }
+
+    /// Keys known over their limit.
+    pub(crate) fn blocked(&self) -> usize {
+        self.over_limit.len()
+    }
+
+    /// Whether `key` is known over its limit at `now` (no store call).
+    pub(crate) fn is_blocked(&self, key: &str, now: Nanos) -> bool {
+        let guard = self.over_limit.guard();
+        self.over_limit
+            .get(key, &guard)
+            .is_some_and(|until| until.load(Ordering::Relaxed) > now)
+    }
+}
+
+pub(crate) struct ExactRule {
+    decisions: StoreDecisions,
+    on_store_error: OnStoreError,
     /// Used when the store fails and `on_store_error: local`: MAX / instances per window.
     fallback: KeyedLimiter<String, FixedWindow, Arc<dyn Clock>>,
 }
@@ -60,16 +174,14 @@ impl ExactRule {
         let local_limit = (l / instances.max(1)).max(1);
         let fallback_rate = Rate::new(local_limit, limit.rate.window()).unwrap_or(limit.rate);
         Self {
-            algorithm,
+            decisions: StoreDecisions::new(algorithm),
             on_store_error: limit.on_store_error,
-            over_limit: HashMap::builder().hasher(FastHasher::default()).build(),
             fallback: KeyedLimiter::with_clock(FixedWindow::new(fallback_rate), clock),
         }
     }
 
-    /// Decides one request: a key known to be over its limit is denied here; otherwise the
-    /// store decides, within the request's time budget and unless the breaker is open, and
-    /// when it cannot, `on_store_error` does. Returns the store's error, if it failed.
+    /// Decides one request at the store ([`StoreDecisions::ask`]); when the store cannot,
+    /// `on_store_error` does. Returns the store's error, if it failed.
     pub(crate) async fn check(
         &self,
         store: &StoreCalls<'_>,
@@ -79,64 +191,15 @@ impl ExactRule {
         cost: u64,
         max_keys: usize,
     ) -> (Decision, Option<Reason>, Option<StoreError>) {
+        match self
+            .decisions
+            .ask(store, key, store_key, now, cost, max_keys)
+            .await
         {
-            let guard = self.over_limit.guard();
-            if let Some(until) = self.over_limit.get(key, &guard) {
-                let until = until.load(Ordering::Relaxed);
-                if now < until {
-                    let wait = Duration::from_nanos(until - now);
-                    return (
-                        Decision::Denied(sluice_core::Denied {
-                            retry_after: wait,
-                            reset_after: wait,
-                        }),
-                        Some(Reason::CachedOverLimit),
-                        None,
-                    );
-                }
-                self.over_limit.remove(key, &guard);
-            }
-        }
-        if store.breaker.admit(now) == Admission::FailFast {
-            let (decision, reason) = self.on_store_error(key, now, cost, max_keys);
-            return (decision, reason, None);
-        }
-        let request = ExactRequest {
-            key: store_key,
-            algorithm: self.algorithm,
-            now_us: now / 1000,
-            cost,
-        };
-        // A call cut off by the budget may still be applied by the store: counted, not
-        // admitted (the safe side).
-        let call = store.store.exact(&request);
-        let result = match store.timeout {
-            Some(budget) => tokio::time::timeout(budget, call)
-                .await
-                .unwrap_or(Err(StoreError::Timeout(budget))),
-            None => call.await,
-        };
-        match &result {
-            Ok(_) => store.breaker.succeeded(),
-            Err(e) if e.is_unavailable() => store.breaker.failed(now),
-            Err(_) => {}
-        }
-        match result {
-            Ok(Decision::Denied(d)) => {
-                let until =
-                    now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
-                // The cache only saves store calls: at the key cap it stops growing.
-                if self.over_limit.len() < max_keys {
-                    self.over_limit
-                        .pin()
-                        .insert(key.to_owned(), AtomicU64::new(until));
-                }
-                (Decision::Denied(d), Some(Reason::Exact), None)
-            }
-            Ok(d) => (d, None, None),
-            Err(e) => {
+            Asked::Decided(decision, reason) => (decision, reason, None),
+            Asked::Unanswered(error) => {
                 let (decision, reason) = self.on_store_error(key, now, cost, max_keys);
-                (decision, reason, Some(e))
+                (decision, reason, error)
             }
         }
     }
@@ -177,27 +240,20 @@ impl ExactRule {
     }
 
     pub(crate) fn evict(&self, now: Nanos) -> usize {
-        let guard = self.over_limit.guard();
-        let before = self.over_limit.len();
-        self.over_limit
-            .retain(|_, until| until.load(Ordering::Relaxed) > now, &guard);
-        before - self.over_limit.len() + self.fallback.evict_idle(now)
+        self.decisions.evict(now) + self.fallback.evict_idle(now)
     }
 
     pub(crate) fn blocked(&self) -> usize {
-        self.over_limit.len()
+        self.decisions.blocked()
     }
 
     /// Keys known over their limit, and the fallback's keys.
     pub(crate) fn len(&self) -> usize {
-        self.over_limit.len() + self.fallback.len()
+        self.decisions.blocked() + self.fallback.len()
     }
 
     /// Whether `key` is known over its limit at `now` (no store call).
     pub(crate) fn is_blocked(&self, key: &str, now: Nanos) -> bool {
-        let guard = self.over_limit.guard();
-        self.over_limit
-            .get(key, &guard)
-            .is_some_and(|until| until.load(Ordering::Relaxed) > now)
+        self.decisions.is_blocked(key, now)
     }
 }

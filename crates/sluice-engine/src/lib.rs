@@ -50,6 +50,7 @@ pub use flusher::{
 };
 pub use heavy::{DecisionCounts, HEAVY_SAMPLE, HEAVY_SLOTS, display_key};
 pub use status::{EngineStatus, KeyReport, RuleReport, StoreStatus};
+pub use synced::SMALL_LIMIT_SHARES;
 pub use telemetry::{
     DECISION_BUCKETS, FLUSH_BUCKETS, METRIC_FAMILIES, MetricFamily, MetricKind, describe_metrics,
 };

@@ -12,7 +12,7 @@ use sluice_store::CounterKey;
 use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
-use crate::exact::ExactRule;
+use crate::exact::{Asked, ExactRule};
 use crate::flusher::{Flusher, count_store_error};
 use crate::local::LocalLimiter;
 use crate::sketch::OverflowSketch;
@@ -77,8 +77,9 @@ impl RuleEngine {
         })
     }
 
-    /// Decides one descriptor (its `entries`) at `now` for `cost`. Local and synced rules
-    /// never wait on I/O; exact ones ask the store through `flusher`.
+    /// Decides one descriptor (its `entries`) at `now` for `cost`. Local rules never wait on
+    /// I/O, nor do synced ones except for a limit too small to share; exact ones, and those,
+    /// ask the store through `flusher`.
     pub(crate) async fn check<K: AsRef<str>, V: AsRef<str>>(
         &self,
         flusher: &Flusher,
@@ -128,6 +129,29 @@ impl RuleEngine {
             }),
             RuleKind::Synced(synced) => {
                 let store = flusher.view();
+                if let Some(decisions) =
+                    synced.store_decides(store).filter(|_| flusher.runs_exact())
+                {
+                    let key = with_key(values(), str::to_owned);
+                    let store_key: Arc<str> =
+                        CounterKey::from_encoded(&self.id, &key).as_str().into();
+                    let calls = flusher.exact_calls();
+                    match decisions
+                        .ask(&calls, &key, store_key, now, cost, max_keys)
+                        .await
+                    {
+                        Asked::Decided(d, reason) => {
+                            self.observe(&key, !d.is_allowed(), now, cost);
+                            return (d, reason);
+                        }
+                        // The synced decision takes over: the key's share, counted and flushed.
+                        Asked::Unanswered(Some(e)) => {
+                            count_store_error(&e);
+                            tracing::debug!(rule = %self.id, error = %e, "store decision for a small limit failed; the key keeps to its share");
+                        }
+                        Asked::Unanswered(None) => {}
+                    }
+                }
                 with_key(values(), |key| {
                     if synced.keys.len() >= max_keys && !synced.keys.pin().contains_key(key) {
                         // Untracked keys are never synced: each instance keeps to its share.

@@ -139,6 +139,7 @@ impl Engine {
                         Some(_) => (Some(rule.capacity), true),
                         None => (Some(0), false),
                     },
+                    RuleKind::Synced(s) if s.store_blocked(&slot.key, now) => (None, true),
                     RuleKind::Synced(s) => s
                         .key_info(&slot.key, now, self.flusher().view())
                         .map_or((Some(0), false), |info| {

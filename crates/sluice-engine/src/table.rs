@@ -105,8 +105,14 @@ impl RuleTable {
         self.min_span_ns > 0
     }
 
-    pub(crate) fn has_exact(&self) -> bool {
+    /// Whether a rule asks the store for decisions with the fleet and store as `store` says:
+    /// an exact rule, or a synced one whose limit is too small to share.
+    pub(crate) fn decides_at_store(&self, store: crate::health::StoreView) -> bool {
         self.has_exact
+            || self.rules().any(|r| match &*r.kind {
+                RuleKind::Synced(s) => s.store_decides(store).is_some(),
+                _ => false,
+            })
     }
 }
 
@@ -150,7 +156,8 @@ fn limiter(
                 _ => "predictive",
             };
             let id: Arc<str> = rule.id.as_str().into();
-            (RuleKind::Synced(SyncedRule::new(params, id)), policy)
+            let rule = SyncedRule::new(params, id, r.small_limits);
+            (RuleKind::Synced(rule), policy)
         }
         Mode::Exact => {
             let exact = ExactRule::new(r, options.expected_instances, clock.clone());

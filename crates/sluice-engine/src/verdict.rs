@@ -36,9 +36,10 @@ pub enum Reason {
     Fallback,
     /// The predictive estimate of the global count would exceed the limit.
     Estimate,
-    /// The store's exact-mode script denied.
+    /// The store's script denied: an exact rule, or a synced rule whose limit is too small to
+    /// share.
     Exact,
-    /// Exact mode: the key is known to be over its limit until its reset (no store call).
+    /// The store denied the key earlier and it has no room until its reset (no store call).
     CachedOverLimit,
     /// Exact mode: the store failed and `on_store_error: deny` applies.
     StoreError,

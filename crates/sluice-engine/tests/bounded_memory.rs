@@ -11,9 +11,16 @@ use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_store::MemoryStore;
 
+/// A rule of 5 a minute: a limit this small is decided at the store by default
+/// (`tests/small_limits.rs`); here the synced rule shares it, to test its map's cap.
 fn engine(mode: &str, cap: usize, clock: &ManualClock) -> Engine {
+    let small = if mode == "synced" {
+        ", small_limits: share"
+    } else {
+        ""
+    };
     let rules = rules(&format!(
-        "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {{ unit: minute, requests_per_unit: 5, mode: {mode} }}\n"
+        "domain: d\ndescriptors:\n  - key: ip\n    rate_limit: {{ unit: minute, requests_per_unit: 5, mode: {mode}{small} }}\n"
     ));
     let clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let store = Arc::new(MemoryStore::new(clock.clone()));

@@ -234,6 +234,12 @@ pub trait CounterStore: Send + Sync + 'static {
     /// Decides one request of an `exact` mode rule atomically in the store.
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision>;
 
+    /// Whether [`CounterStore::exact`] decides (false: it refuses every request, as etcd
+    /// does; synced rules then never ask it).
+    fn runs_exact(&self) -> bool {
+        true
+    }
+
     /// The store's current time, in nanoseconds since the epoch.
     fn time(&self) -> StoreFuture<'_, Nanos>;
 

@@ -180,6 +180,11 @@ impl Flusher {
     }
 
     /// How an exact-mode request calls the store.
+    /// Whether the store takes decisions (`exact` mode's scripts); etcd does not.
+    pub(crate) fn runs_exact(&self) -> bool {
+        self.store.runs_exact()
+    }
+
     pub(crate) fn exact_calls(&self) -> StoreCalls<'_> {
         StoreCalls {
             store: &*self.store,
@@ -487,7 +492,11 @@ impl Flusher {
                     return 0;
                 }
                 rule.flushed_span.store(span, Ordering::Relaxed);
-                sweep_synced(&rule.id, synced, now, &self.node, items, pending, true)
+                let (evicted, blocked) = synced.evict_store_blocks(now);
+                if synced.may_decide_at_store() {
+                    gauge!("sluice_store_blocked_keys", "rule" => id()).set(blocked as f64);
+                }
+                evicted + sweep_synced(&rule.id, synced, now, &self.node, items, pending, true)
             }
             RuleKind::Local(local) => {
                 let evicted = local.evict_idle(now);
@@ -504,14 +513,14 @@ impl Flusher {
     }
 
     /// With nothing to send: still find out whether the store answers (readiness, and the
-    /// fallback decision) until it first has, and keep the clock offset fresh for exact rules
-    /// (they pass their corrected time to the store's scripts), with the cheapest call, at
-    /// most once a second.
+    /// fallback decision) until it first has, and keep the clock offset fresh for the rules
+    /// that ask the store for decisions (they pass their corrected time to its scripts), with
+    /// the cheapest call, at most once a second.
     async fn probe_if_due(&self, table: &RuleTable, report: &mut FlushReport) {
         let raw_now = self.clock.now();
         let last = self.last_probe.load(Ordering::Relaxed);
         let wanted = (!self.reached() && table.has_synced())
-            || (table.has_exact() && self.follow_store_clock);
+            || (self.follow_store_clock && table.decides_at_store(self.view()));
         if !wanted || raw_now.saturating_sub(last) < PROBE_EVERY_NS {
             return;
         }

@@ -420,7 +420,8 @@ impl KeyState {
 
     /// Whether the key must keep to a fallback share it is over: the seed's fallback (and
     /// predictive's, for a key whose entries it never saw) while the store is unreachable, at
-    /// most MAX/N per span per instance (scaled by the node estimate); or, predictive, before
+    /// most MAX/N per span per instance (N: the node estimate, and for predictive at least the
+    /// instances the store last counted); or, predictive, before
     /// the first reply for the key (an instance that just joined, or a key it never saw): it
     /// knows nothing of the others yet, so until the reply comes (at most a span) it keeps to
     /// MAX/N per span with N the instances it expects. No block then: the reply lifts it.
@@ -437,7 +438,12 @@ impl KeyState {
         if cold && parties > 1 && !model::fits_share(p, parties, span_count, local, cost) {
             return Some(FallbackDenial::ColdSpan);
         }
-        let nodes = model::node_estimate(self);
+        // Predictive: at least the instances the store counted before it went silent.
+        let nodes = if p.predictive() {
+            model::node_estimate(self).max(parties)
+        } else {
+            model::node_estimate(self)
+        };
         let use_fallback = !store.health.answering() && (!p.predictive() || !seen_entries);
         (use_fallback && !model::fits_share(p, nodes, span_count, local, cost))
             .then_some(FallbackDenial::StoreDown)

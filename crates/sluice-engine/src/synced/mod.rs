@@ -16,6 +16,7 @@ mod model;
 mod params;
 mod reply;
 mod shared;
+mod small;
 mod time;
 
 #[cfg(test)]
@@ -34,7 +35,9 @@ use sluice_store::FlushItem;
 pub(crate) use key_state::{Drain, Flight, KeyState, Replies, Sending};
 pub(crate) use params::SyncedParams;
 use shared::Shared;
+pub use small::SMALL_LIMIT_SHARES;
 
+use crate::exact::StoreDecisions;
 use crate::health::{StoreHealth, StoreView};
 use crate::verdict::Reason;
 
@@ -118,6 +121,8 @@ pub(crate) struct SyncedRule {
     early: Mutex<Vec<EcoString>>,
     /// A flush reply queued a key for an early sync (the flusher wakes its loop).
     early_from_reply: std::sync::atomic::AtomicBool,
+    /// Decisions at the store while the limit is too small to share (see [`small`]).
+    small: Option<StoreDecisions>,
 }
 
 /// The most keys of one rule waiting for an early sync: a key spray that has every key ask
@@ -140,8 +145,13 @@ fn map<V>(capacity: usize) -> HashMap<EcoString, V, FastHasher> {
 }
 
 impl SyncedRule {
-    pub(crate) fn new(params: SyncedParams, rule_id: Arc<str>) -> Self {
+    pub(crate) fn new(
+        params: SyncedParams,
+        rule_id: Arc<str>,
+        small_limits: sluice_config::SmallLimits,
+    ) -> Self {
         Self {
+            small: small::store_decisions(&params, small_limits),
             params,
             rule_id,
             keys: map(1024),
@@ -149,6 +159,30 @@ impl SyncedRule {
             early: Mutex::new(Vec::new()),
             early_from_reply: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The store's decisions for this rule's keys while its limit is too small to share among
+    /// the fleet and the store answers (see [`small`]).
+    pub(crate) fn store_decides(&self, store: StoreView) -> Option<&StoreDecisions> {
+        let decisions = self.small.as_ref()?;
+        (store.health.answering() && small::is_small(&self.params, store)).then_some(decisions)
+    }
+
+    /// Whether the rule may decide at the store (its limit small or not).
+    pub(crate) fn may_decide_at_store(&self) -> bool {
+        self.small.is_some()
+    }
+
+    /// Keys the store found over their limit, and forgets those whose block has passed.
+    pub(crate) fn evict_store_blocks(&self, now: Nanos) -> (usize, usize) {
+        self.small
+            .as_ref()
+            .map_or((0, 0), |s| (s.evict(now), s.blocked()))
+    }
+
+    /// Whether the store found `key` over its limit until after `now`.
+    pub(crate) fn store_blocked(&self, key: &str, now: Nanos) -> bool {
+        self.small.as_ref().is_some_and(|s| s.is_blocked(key, now))
     }
 
     /// Checks a request against the key `key` (an encoded descriptor). The third value says

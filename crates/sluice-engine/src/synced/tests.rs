@@ -34,7 +34,11 @@ fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
         sliding: false,
         expected_instances: 1,
     };
-    SyncedRule::new(params, Arc::from("d/user"))
+    SyncedRule::new(
+        params,
+        Arc::from("d/user"),
+        sluice_config::SmallLimits::Share,
+    )
 }
 
 fn allowed(d: &(Decision, Option<Reason>, bool)) -> bool {

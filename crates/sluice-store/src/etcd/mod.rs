@@ -127,6 +127,10 @@ impl CounterStore for EtcdStore {
         Box::pin(self.landed_all(items, receipt))
     }
 
+    fn runs_exact(&self) -> bool {
+        false
+    }
+
     fn exact<'a>(&'a self, _request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
         Box::pin(async {
             Err(StoreError::Refused(

@@ -1,0 +1,168 @@
+//! A synced rule whose limit is too small to share among the instances (under two requests
+//! per instance and span) decides each request at the store, on the window counter its
+//! flushes add to; with the store unreachable its keys keep to their share, and the counts
+//! they admit reach the same counter once it answers. Memory store, manual clocks.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use sluice_core::ManualClock;
+use sluice_engine::{Engine, EngineOptions, Reason};
+use sluice_store::{CounterKey, MemoryStore};
+
+const WINDOW_NS: u64 = 10 * SECOND;
+
+/// 20 per 10 s with 5 spans, over three instances: four requests per instance and window, less
+/// than one per span.
+fn small_rule(small_limits: &str) -> sluice_config::RuleSet {
+    rules(&format!(
+        "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {{ window: 10s, requests_per_unit: 20, spans: 5, small_limits: {small_limits} }}\n"
+    ))
+}
+
+fn fleet(small_limits: &str) -> (Fleet, Arc<MemoryStore>, ManualClock) {
+    let store_clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+    let fleet = Fleet::expecting(
+        &small_rule(small_limits),
+        store.clone(),
+        &[0, 0, 0],
+        true,
+        3,
+    );
+    (fleet, store, store_clock)
+}
+
+#[tokio::test]
+async fn the_fleet_admits_exactly_a_small_limit_and_a_key_over_it_costs_no_store_call() {
+    let (fleet, store, store_clock) = fleet("store");
+    let mut t = T0;
+    for window in 0..3 {
+        // 2.5x the limit, evenly over the instances and the window.
+        let step = WINDOW_NS / 50;
+        let mut admitted = 0;
+        let mut reasons = Vec::new();
+        let mut calls_while_blocked = None;
+        for n in 0..50u64 {
+            store_clock.set(t);
+            fleet.set_time(t);
+            fleet.flush_due().await;
+            let before = store.operations();
+            let v = fleet.check((n % 3) as usize, "alice");
+            let status = &v.statuses[0];
+            if v.allowed {
+                admitted += 1;
+                // The remaining count is the fleet's, not this instance's share.
+                assert_eq!(
+                    status.remaining,
+                    20 - admitted,
+                    "window {window}, request {n}"
+                );
+            } else {
+                reasons.push(status.reason);
+                if reasons.len() > 3 {
+                    // Each instance asked once and was told; since then, nothing is asked.
+                    *calls_while_blocked.get_or_insert(0) += store.operations() - before;
+                }
+            }
+            t += step;
+        }
+        assert_eq!(admitted, 20, "window {window}");
+        assert_eq!(
+            reasons[..3],
+            [Some(Reason::Exact); 3],
+            "window {window}: each instance's first refusal comes from the store"
+        );
+        assert!(
+            reasons[3..]
+                .iter()
+                .all(|r| *r == Some(Reason::CachedOverLimit)),
+            "window {window}: {reasons:?}"
+        );
+        assert_eq!(calls_while_blocked, Some(0), "window {window}");
+    }
+    // No key state was kept for the decisions: nothing to flush, nothing tracked, and
+    // nothing to give back to (the count is the store's).
+    let engine = &fleet.instances[0].engine;
+    assert!(engine.key_info("d", &[("user", "alice")]).is_empty());
+    assert_eq!(engine.refill("d", &[("user", "alice")], 1).unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_small_limit_shared_by_configuration_never_asks_the_store() {
+    let (fleet, store, store_clock) = fleet("share");
+    store_clock.set(T0);
+    fleet.set_time(T0);
+    let before = store.operations();
+    // The cold share: 20 / (3 instances x 5 spans), rounded up, in the first span.
+    let admitted = (0..10).filter(|_| fleet.check(0, "alice").allowed).count();
+    assert_eq!(admitted, 2);
+    assert_eq!(store.operations(), before, "a check called the store");
+}
+
+#[tokio::test]
+async fn with_the_store_down_a_small_limit_keeps_to_its_share_and_its_counts_reach_the_store() {
+    let (fleet, store, store_clock) = fleet("store");
+    let key = CounterKey::new("d/user", &["alice"]);
+    let window = window_of(T0, WINDOW_NS);
+    let at = |t: u64| {
+        store_clock.set(t);
+        fleet.set_time(t);
+    };
+    at(T0);
+    // Two decided at the store.
+    assert!(fleet.check(0, "alice").allowed);
+    assert!(fleet.check(1, "alice").allowed);
+    assert_eq!(store.total(key.as_str(), window), 2);
+    store.set_available(false);
+    // The store fails under the next request: it keeps to instance 2's cold share, 2 a span.
+    let admitted = (0..5).filter(|_| fleet.check(2, "alice").allowed).count();
+    assert_eq!(admitted, 2);
+    fleet.flush_all_failing().await;
+    // Known unreachable now: no store call is tried; each instance has its share.
+    let admitted = (0..5).filter(|_| fleet.check(0, "alice").allowed).count();
+    assert_eq!(admitted, 2);
+    store.set_available(true);
+    at(T0 + 2 * SECOND + 1);
+    fleet.flush_all_ok().await;
+    // What the shares admitted reached the counter, once.
+    assert_eq!(store.total(key.as_str(), window), 6);
+    // Decided at the store again, with what is left: 14 of 20.
+    let admitted = (0..30)
+        .filter(|n| fleet.check(n % 3, "alice").allowed)
+        .count();
+    assert_eq!(admitted, 14);
+    assert_eq!(store.total(key.as_str(), window), 20);
+}
+
+#[tokio::test]
+async fn a_single_instance_shares_a_limit_that_is_small_only_for_a_fleet() {
+    // Alone (the store counts one instance, none expected), 20 per 10 s with 5 spans is four
+    // a span: not small, so the instance counts locally and asks nothing.
+    let clock = ManualClock::new(T0);
+    let store = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
+    let engine = Engine::new(
+        &small_rule("store"),
+        &Default::default(),
+        store.clone(),
+        Arc::new(clock.clone()),
+        EngineOptions {
+            shared_store: true,
+            ..EngineOptions::default()
+        },
+    );
+    engine.announce().await;
+    let before = store.operations();
+    let admitted = (0..30)
+        .filter(|_| {
+            now_or_never(engine.check("d", &[[("user", "alice")]], 1))
+                .expect("a shared limit waited")
+                .unwrap()
+                .allowed
+        })
+        .count();
+    assert_eq!(admitted, 20);
+    assert_eq!(store.operations(), before);
+}
