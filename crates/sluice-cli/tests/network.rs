@@ -39,7 +39,7 @@ fn secs(s: u64) -> Duration {
 /// Synced, a flush a second; high enough that every request is admitted: the drills check
 /// counting, not limiting. The window (and so its keys' two-window life in Redis) outlasts the
 /// longest drill: counts of a window whose keys are gone are rightly not sent.
-const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 10m, requests_per_unit: 1000000, spans: 600, mode: synced }\n  - key: victim\n    rate_limit: { window: 1m, requests_per_unit: 5, spans: 6, mode: synced }\n";
+const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 10m, requests_per_unit: 1000000, spans: 600, mode: synced }\n  - key: victim\n    rate_limit: { window: 1m, requests_per_unit: 5, spans: 6, mode: synced, small_limits: share }\n";
 
 struct Instance {
     child: Option<Child>,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use metrics::counter;
 use sluice_config::ResolvedLimit;
 use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
-use sluice_store::CounterKey;
+use sluice_store::{CounterKey, StoreError};
 use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
@@ -141,6 +141,14 @@ impl RuleEngine {
                         .await
                     {
                         Asked::Decided(d, reason) => {
+                            self.observe(&key, !d.is_allowed(), now, cost);
+                            return (d, reason);
+                        }
+                        // The call may have counted at the store: the key's share decides, and
+                        // the count is not flushed.
+                        Asked::Unanswered(Some(e @ StoreError::Timeout(_))) => {
+                            count_store_error(&e);
+                            let (d, reason, _) = synced.check_after_timeout(&key, now, cost, store);
                             self.observe(&key, !d.is_allowed(), now, cost);
                             return (d, reason);
                         }

@@ -51,7 +51,8 @@ pub struct RuleReport {
     pub name: Option<String>,
     /// `local`, `synced`, `exact` or `unlimited`.
     pub mode: &'static str,
-    /// `predictive`, `reactive`, `exact`, `local` or `unlimited`.
+    /// `predictive`, `reactive`, `exact`, `local` or `unlimited`; a synced rule deciding at the
+    /// store because its limit is too small to share among the fleet says so.
     pub policy: &'static str,
     /// Requests per window (`None`: unlimited).
     pub limit: Option<u64>,
@@ -166,7 +167,12 @@ impl Engine {
             id: rule.id.to_string(),
             name: rule.name.as_deref().map(str::to_owned),
             mode,
-            policy: rule.policy,
+            policy: match &*rule.kind {
+                RuleKind::Synced(s) if s.store_decides(self.flusher().view()).is_some() => {
+                    "predictive, a limit too small to share: decided at the store"
+                }
+                _ => rule.policy,
+            },
             limit,
             window_s: rule.limit.map(|(_, w)| w.as_secs_f64()),
             shadow: rule.shadow,

@@ -95,7 +95,7 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_blocked_keys",
         Gauge,
-        "Keys of a synced rule blocked because the store reported them over their limit, at the last flush (label rule).",
+        "Keys of a rule blocked because the store reported them over their limit (a synced rule's flush, or a store decision: exact mode, a synced rule's small limit), at the last flush (label rule).",
         LATER,
     ),
     family(

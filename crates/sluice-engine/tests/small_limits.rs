@@ -138,6 +138,37 @@ async fn with_the_store_down_a_small_limit_keeps_to_its_share_and_its_counts_rea
 }
 
 #[tokio::test]
+async fn a_store_decision_that_timed_out_is_not_counted_twice() {
+    // The store applies the second call and its reply is lost: the key's share admits the
+    // request, and the flush does not send it again.
+    let clock = ManualClock::new(T0);
+    let store = Arc::new(
+        common::watched::Watched::new(MemoryStore::new(Arc::new(clock.clone())))
+            .losing_exact_reply(1),
+    );
+    let engine = Engine::new(
+        &small_rule("store"),
+        &Default::default(),
+        store.clone(),
+        Arc::new(clock.clone()),
+        EngineOptions {
+            shared_store: true,
+            expected_instances: 3,
+            ..EngineOptions::default()
+        },
+    );
+    let user = [[("user", "alice")]];
+    for _ in 0..3 {
+        assert!(engine.check("d", &user, 1).await.unwrap().allowed);
+    }
+    assert_eq!(store.exact_calls(), 3);
+    let report = engine.flush().await;
+    assert_eq!(report.failed, 0, "{report:?}");
+    let key = CounterKey::new("d/user", &["alice"]);
+    assert_eq!(store.inner.total(key.as_str(), window_of(T0, WINDOW_NS)), 3);
+}
+
+#[tokio::test]
 async fn a_single_instance_shares_a_limit_that_is_small_only_for_a_fleet() {
     // Alone (the store counts one instance, none expected), 20 per 10 s with 5 spans is four
     // a span: not small, so the instance counts locally and asks nothing.

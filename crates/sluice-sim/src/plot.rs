@@ -20,16 +20,19 @@ pub struct PlotError {
     pub message: String,
 }
 
-const COLORS: [RGBColor; 5] = [
+/// One color per policy of `ALL_POLICIES`, in its order.
+const COLORS: [RGBColor; 7] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
+    RGBColor(23, 190, 207),
     RGBColor(148, 103, 189),
     RGBColor(255, 127, 14),
+    RGBColor(127, 127, 127),
 ];
 
 fn color(policy: &str) -> RGBColor {
-    let i = crate::POLICIES
+    let i = crate::run::ALL_POLICIES
         .iter()
         .position(|p| *p == policy)
         .unwrap_or(0);

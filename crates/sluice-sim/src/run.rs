@@ -38,12 +38,14 @@ pub const POLICIES: [&str; 5] = [
     "split",
 ];
 
-/// Every policy a scenario may name: [`POLICIES`] and `local` (`mode: local` as written:
-/// every node allows the whole limit).
-pub const ALL_POLICIES: [&str; 6] = [
+/// Every policy a scenario may name: [`POLICIES`], `predictive_share` (`predictive` with
+/// `small_limits: share`: a limit too small to share is still shared, never decided at the
+/// store) and `local` (`mode: local` as written: every node allows the whole limit).
+pub const ALL_POLICIES: [&str; 7] = [
     "reactive",
     "predictive",
     "predictive_sliding",
+    "predictive_share",
     "exact",
     "split",
     "local",
@@ -86,6 +88,13 @@ pub fn rule_file(policy: &str, s: &Scenario) -> String {
             r.limit,
             format!(
                 "mode: synced, policy: predictive, spans: {}{cooldown}",
+                r.spans
+            ),
+        ),
+        "predictive_share" => (
+            r.limit,
+            format!(
+                "mode: synced, policy: predictive, small_limits: share, spans: {}{cooldown}",
                 r.spans
             ),
         ),

@@ -492,11 +492,7 @@ impl Flusher {
                     return 0;
                 }
                 rule.flushed_span.store(span, Ordering::Relaxed);
-                let (evicted, blocked) = synced.evict_store_blocks(now);
-                if synced.may_decide_at_store() {
-                    gauge!("sluice_store_blocked_keys", "rule" => id()).set(blocked as f64);
-                }
-                evicted + sweep_synced(&rule.id, synced, now, &self.node, items, pending, true)
+                sweep_synced(&rule.id, synced, now, &self.node, items, pending, true)
             }
             RuleKind::Local(local) => {
                 let evicted = local.evict_idle(now);
@@ -555,7 +551,11 @@ fn sweep_synced<'t>(
     gauges: bool,
 ) -> usize {
     let mut mine = Vec::new();
-    let sweep = synced.prepare_flush(now, node, items, &mut mine);
+    let mut sweep = synced.prepare_flush(now, node, items, &mut mine);
+    // Keys the store refused (a limit too small to share) are blocked too.
+    let (evicted, blocked) = synced.evict_store_blocks(now);
+    sweep.evicted += evicted;
+    sweep.blocked += blocked;
     let id = || id.to_string();
     if sweep.evicted > 0 {
         counter!("sluice_evicted_keys_total", "rule" => id()).increment(sweep.evicted as u64);

@@ -182,6 +182,12 @@ impl KeyState {
         self.span_count = self.span_count.saturating_sub(amount);
     }
 
+    /// Keeps `amount` just admitted out of the next flush (the store may hold it already); it
+    /// still counts in this instance's own view of the window.
+    pub(crate) fn unsend(&mut self, amount: u64) {
+        self.unflushed -= sat32(amount).min(self.unflushed);
+    }
+
     /// Moves the key to the window `w` of `now` if it is behind.
     pub(crate) fn roll(
         &mut self,

@@ -107,6 +107,15 @@ fn push_items(
     (carry_item, current_item)
 }
 
+/// Where an admitted request's count goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Counting {
+    /// Here, and to the store with the next flush.
+    Here,
+    /// Here only: the store may hold it already (its decision timed out).
+    MaybeAtStore,
+}
+
 /// One synced rule: its keys and parameters.
 pub(crate) struct SyncedRule {
     pub params: SyncedParams,
@@ -168,11 +177,6 @@ impl SyncedRule {
         (store.health.answering() && small::is_small(&self.params, store)).then_some(decisions)
     }
 
-    /// Whether the rule may decide at the store (its limit small or not).
-    pub(crate) fn may_decide_at_store(&self) -> bool {
-        self.small.is_some()
-    }
-
     /// Keys the store found over their limit, and forgets those whose block has passed.
     pub(crate) fn evict_store_blocks(&self, now: Nanos) -> (usize, usize) {
         self.small
@@ -194,6 +198,31 @@ impl SyncedRule {
         cost: u64,
         store: StoreView,
     ) -> (Decision, Option<Reason>, bool) {
+        self.check_counting(key, now, cost, store, Counting::Here)
+    }
+
+    /// [`SyncedRule::check`] for a request whose store decision timed out: the store may have
+    /// counted it, so an admission counts here (this instance's share) but is not flushed.
+    /// At worst a call that never reached the store leaves one admission uncounted; flushing
+    /// it could count one twice.
+    pub(crate) fn check_after_timeout(
+        &self,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+        store: StoreView,
+    ) -> (Decision, Option<Reason>, bool) {
+        self.check_counting(key, now, cost, store, Counting::MaybeAtStore)
+    }
+
+    fn check_counting(
+        &self,
+        key: &str,
+        now: Nanos,
+        cost: u64,
+        store: StoreView,
+        counting: Counting,
+    ) -> (Decision, Option<Reason>, bool) {
         let guard = self.keys.guard();
         let entry = match self.keys.get(key, &guard) {
             Some(k) => k,
@@ -209,6 +238,9 @@ impl SyncedRule {
         } else {
             state.check(&self.params, None, now, cost, store)
         };
+        if counting == Counting::MaybeAtStore && decision.is_allowed() {
+            state.unsend(cost);
+        }
         let early = state.take_early_sync() && self.queue_early(key);
         (decision, reason, early)
     }

@@ -45,12 +45,11 @@ pub(crate) fn store_decisions(
 }
 
 /// Whether the limit is too small to share among the fleet (at least the expected instances).
+/// An instance alone shares nothing: its own count is the key's.
 pub(crate) fn is_small(p: &SyncedParams, store: StoreView) -> bool {
-    let parties = store.fleet.max(p.expected_instances).max(1);
-    p.limit
-        < parties
-            .saturating_mul(p.spans)
-            .saturating_mul(SMALL_LIMIT_SHARES)
+    let parties = store.fleet.max(p.expected_instances);
+    let shares = parties.saturating_mul(p.spans);
+    parties > 1 && p.limit < shares.saturating_mul(SMALL_LIMIT_SHARES)
 }
 
 #[cfg(test)]
@@ -76,6 +75,7 @@ mod tests {
     fn a_limit_is_small_under_two_requests_per_instance_and_span_of_the_fleet() {
         let p = params(20, 5);
         assert!(!is_small(&p, StoreView::answering(1)));
+        assert!(!is_small(&params(3, 6), StoreView::answering(1)));
         assert!(!is_small(&p, StoreView::answering(2)));
         assert!(is_small(&p, StoreView::answering(3)));
         assert!(is_small(&p, StoreView::answering(10)));

@@ -1,5 +1,6 @@
 //! A memory store that counts the calls it is asked to make (served or not), and can fail one
-//! flush call as a whole (a timeout) while answering the others.
+//! flush call as a whole (a timeout) while answering the others, or lose the reply of one
+//! exact call it applied (a timeout too).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,6 +17,8 @@ pub struct Watched {
     flush_calls: AtomicU64,
     /// The flush call (counting from 0) that times out.
     failing_flush: Option<u64>,
+    /// The exact call (counting from 0) that is applied and then times out.
+    lost_exact_reply: Option<u64>,
 }
 
 impl Watched {
@@ -25,6 +28,16 @@ impl Watched {
             exact_calls: AtomicU64::new(0),
             flush_calls: AtomicU64::new(0),
             failing_flush: None,
+            lost_exact_reply: None,
+        }
+    }
+
+    /// Exact call `n` (counting from 0) is applied, and its reply lost (a timeout).
+    #[allow(dead_code)]
+    pub fn losing_exact_reply(self, n: u64) -> Self {
+        Self {
+            lost_exact_reply: Some(n),
+            ..self
         }
     }
 
@@ -66,7 +79,13 @@ impl CounterStore for Watched {
     }
 
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
-        self.exact_calls.fetch_add(1, Ordering::Relaxed);
+        let call = self.exact_calls.fetch_add(1, Ordering::Relaxed);
+        if self.lost_exact_reply == Some(call) {
+            return Box::pin(async move {
+                self.inner.exact(request).await?;
+                Err(StoreError::Timeout(Duration::from_millis(10)))
+            });
+        }
         self.inner.exact(request)
     }
 
