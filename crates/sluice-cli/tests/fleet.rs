@@ -1,7 +1,9 @@
 //! A new key's first window on a fleet of real processes: three `sluice serve` on one real
 //! Redis, one user's requests spread evenly over them at 2.4x the limit, 3 spans. The
 //! traffic is the simulator's own (`examples/scenarios/first-window/three.yaml`, cut to two
-//! windows), replayed in real time; the simulator runs the same requests and must agree.
+//! windows), replayed in real time; the simulator runs the same requests and must agree. And
+//! per-user limits too small to share (20 per 10 s, 5 spans, new users at 2-5x): decided at
+//! the store, every user's window gets exactly the limit.
 
 #[path = "common/fleet.rs"]
 mod fleet;
@@ -48,4 +50,60 @@ async fn three_instances_hold_a_new_keys_first_window_and_agree_with_the_simulat
         let s = simulated[w];
         assert!(n.abs_diff(s) <= 15, "window {w}: real {n}, simulated {s}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_user_limits_too_small_to_share_are_held_exactly_by_real_processes() {
+    // 20 per 10 s with 5 spans over three instances: decided at the store. New users every
+    // second at 2x and 5x (`first-window/churn-3.yaml`, cut to 20 s), each spread evenly.
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/scenarios/first-window/churn-3.yaml");
+    let mut scenario = sluice_sim::Scenario::load(&file).unwrap();
+    scenario.duration_s = 20;
+    scenario.policies = Some(vec!["predictive".to_owned()]);
+    let requests = sluice_sim::requests(&scenario);
+    let fleet = fleet::Fleet::start(
+        Path::new(env!("CARGO_BIN_EXE_sluice")),
+        3,
+        &sluice_sim::rule_file("predictive", &scenario),
+        "",
+    );
+    // The instances announce themselves when they start and learn the fleet's size: only
+    // then is the limit small for them.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let window = Duration::from_secs(scenario.rule.window_s);
+    let real = fleet::replay(&fleet.http_ports(), &requests, window).await;
+    assert_eq!(real.failed, 0, "{}", fleet.logs());
+    let limit = scenario.rule.limit;
+    let over: Vec<_> = real
+        .counts
+        .iter()
+        .filter(|(_, c)| c.admitted > limit)
+        .collect();
+    assert!(
+        over.is_empty(),
+        "key-windows over {limit}: {over:?} ({} requests sent late); the instances logged:\n{}",
+        real.late,
+        fleet.logs()
+    );
+    // Every key-window with more demand than the limit got the whole limit, and the
+    // simulator admits the same in all.
+    let admitted: u64 = real.counts.values().map(|c| c.admitted).sum();
+    let full = real
+        .counts
+        .values()
+        .filter(|c| c.offered > limit)
+        .all(|c| c.admitted == limit);
+    let sim = sluice_sim::run(&scenario);
+    let simulated = sim.policies[0].admitted;
+    eprintln!(
+        "churn over 3 instances, 20 per 10 s: admitted {admitted} (simulated {simulated}), {} key-windows, {} late",
+        real.counts.len(),
+        real.late
+    );
+    assert!(full, "a key-window with room refused: {:?}", real.counts);
+    assert!(
+        admitted.abs_diff(simulated) <= admitted / 20,
+        "real {admitted}, simulated {simulated}"
+    );
 }
