@@ -1,5 +1,5 @@
 //! `exact:` in `sluice.yaml`: how `exact` mode calls the store (a time budget per request and
-//! a circuit breaker).
+//! a circuit breaker), and how often a synced rule with a limit too small to share may.
 
 use std::time::Duration;
 
@@ -21,6 +21,10 @@ pub struct ExactCalls {
     /// How long the breaker stays open before one request probes the store
     /// (`exact.breaker_cool_off`, default 1 s); a probe that succeeds closes it.
     pub breaker_cool_off: Duration,
+    /// Store decisions per second a synced rule with a limit too small to share may ask for
+    /// on one instance (`exact.small_limit_calls`, default 5,000); beyond it the key's share
+    /// decides, so a key spray cannot turn every request into a store call.
+    pub small_limit_calls: u32,
 }
 
 impl Default for ExactCalls {
@@ -29,6 +33,7 @@ impl Default for ExactCalls {
             timeout: Duration::from_millis(10),
             breaker_failures: 5,
             breaker_cool_off: Duration::from_secs(1),
+            small_limit_calls: 5_000,
         }
     }
 }
@@ -40,6 +45,7 @@ pub(crate) struct RawExactCalls {
     pub timeout: Option<Spanned<String>>,
     pub breaker_failures: Option<Spanned<i64>>,
     pub breaker_cool_off: Option<Spanned<String>>,
+    pub small_limit_calls: Option<Spanned<i64>>,
 }
 
 pub(crate) fn parse_exact_calls(raw: &RawExactCalls) -> Result<ExactCalls, Located> {
@@ -51,7 +57,15 @@ pub(crate) fn parse_exact_calls(raw: &RawExactCalls) -> Result<ExactCalls, Locat
         (1, 1000),
         "",
     )? as u32;
+    let small_limit_calls = bounded_count(
+        "exact.small_limit_calls",
+        raw.small_limit_calls.as_ref(),
+        u64::from(d.small_limit_calls),
+        (1, 1_000_000),
+        "",
+    )? as u32;
     Ok(ExactCalls {
+        small_limit_calls,
         timeout: bounded_duration(
             "exact.timeout",
             raw.timeout.as_ref(),

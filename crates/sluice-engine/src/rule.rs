@@ -129,36 +129,11 @@ impl RuleEngine {
             }),
             RuleKind::Synced(synced) => {
                 let store = flusher.view();
-                if let Some(decisions) =
-                    synced.store_decides(store).filter(|_| flusher.runs_exact())
+                if let Some(decided) = self
+                    .decide_small_limit(synced, flusher, values(), now, cost, max_keys)
+                    .await
                 {
-                    let key = with_key(values(), str::to_owned);
-                    let store_key: Arc<str> =
-                        CounterKey::from_encoded(&self.id, &key).as_str().into();
-                    let calls = flusher.exact_calls();
-                    match decisions
-                        .ask(&calls, &key, store_key, now, cost, max_keys)
-                        .await
-                    {
-                        Asked::Decided(d, reason) => {
-                            self.observe(&key, !d.is_allowed(), now, cost);
-                            return (d, reason);
-                        }
-                        // The call may have counted at the store: the key's share decides, and
-                        // the count is not flushed.
-                        Asked::Unanswered(Some(e @ StoreError::Timeout(_))) => {
-                            count_store_error(&e);
-                            let (d, reason, _) = synced.check_after_timeout(&key, now, cost, store);
-                            self.observe(&key, !d.is_allowed(), now, cost);
-                            return (d, reason);
-                        }
-                        // The synced decision takes over: the key's share, counted and flushed.
-                        Asked::Unanswered(Some(e)) => {
-                            count_store_error(&e);
-                            tracing::debug!(rule = %self.id, error = %e, "store decision for a small limit failed; the key keeps to its share");
-                        }
-                        Asked::Unanswered(None) => {}
-                    }
+                    return decided;
                 }
                 with_key(values(), |key| {
                     if synced.keys.len() >= max_keys && !synced.keys.pin().contains_key(key) {
@@ -198,6 +173,51 @@ impl RuleEngine {
                 (d, reason)
             }
         }
+    }
+
+    /// A synced rule whose limit is too small to share decides at the store (see
+    /// `synced/small.rs`). `None` when the limit is not small (or the rule's store calls are
+    /// spent), or when the store gave no answer: the key's share decides then.
+    async fn decide_small_limit<'v>(
+        &self,
+        synced: &SyncedRule,
+        flusher: &Flusher,
+        values: impl Iterator<Item = &'v str>,
+        now: Nanos,
+        cost: u64,
+        max_keys: usize,
+    ) -> Option<(Decision, Option<Reason>)> {
+        let store = flusher.view();
+        // Checked first: only a small limit pays for the owned key.
+        if !synced.decides_at_store(store) || !flusher.runs_exact() {
+            return None;
+        }
+        let key = with_key(values, str::to_owned);
+        let decisions = synced.store_decides(store, &key, now)?;
+        let store_key: Arc<str> = CounterKey::from_encoded(&self.id, &key).as_str().into();
+        let asked = decisions
+            .ask(&flusher.exact_calls(), &key, store_key, now, cost, max_keys)
+            .await;
+        let (d, reason) = match asked {
+            Asked::Decided(d, reason) => (d, reason),
+            // The call may have counted at the store: the key's share decides, and the count
+            // is not flushed.
+            Asked::Unanswered(Some(e @ StoreError::Timeout(_))) => {
+                count_store_error(&e);
+                let (d, reason, _) = synced.check_after_timeout(&key, now, cost, store);
+                (d, reason)
+            }
+            // The synced decision takes over: the key's share, counted and flushed.
+            Asked::Unanswered(error) => {
+                if let Some(e) = error {
+                    count_store_error(&e);
+                    tracing::debug!(rule = %self.id, error = %e, "store decision for a small limit failed; the key keeps to its share");
+                }
+                return None;
+            }
+        };
+        self.observe(&key, !d.is_allowed(), now, cost);
+        Some((d, reason))
     }
 
     /// Feeds the heavy-hitters sketch and the per-value counts; a rule only queried (cost 0)

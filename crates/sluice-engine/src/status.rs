@@ -168,7 +168,7 @@ impl Engine {
             name: rule.name.as_deref().map(str::to_owned),
             mode,
             policy: match &*rule.kind {
-                RuleKind::Synced(s) if s.store_decides(self.flusher().view()).is_some() => {
+                RuleKind::Synced(s) if s.decides_at_store(self.flusher().view()) => {
                     "predictive, a limit too small to share: decided at the store"
                 }
                 _ => rule.policy,

@@ -110,7 +110,7 @@ impl RuleTable {
     pub(crate) fn decides_at_store(&self, store: crate::health::StoreView) -> bool {
         self.has_exact
             || self.rules().any(|r| match &*r.kind {
-                RuleKind::Synced(s) => s.store_decides(store).is_some(),
+                RuleKind::Synced(s) => s.decides_at_store(store),
                 _ => false,
             })
     }
@@ -156,7 +156,8 @@ fn limiter(
                 _ => "predictive",
             };
             let id: Arc<str> = rule.id.as_str().into();
-            let rule = SyncedRule::new(params, id, r.small_limits);
+            let small = (r.small_limits, options.exact_calls.small_limit_calls);
+            let rule = SyncedRule::new(params, id, small);
             (RuleKind::Synced(rule), policy)
         }
         Mode::Exact => {

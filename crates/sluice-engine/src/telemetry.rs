@@ -257,6 +257,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         LATER,
     ),
     family(
+        "sluice_small_limit_calls_spent_total",
+        Counter,
+        "Requests of a synced rule whose limit is too small to share that its key's share decided because the rule's store calls for the second (exact.small_limit_calls) were spent (label rule).",
+        LATER,
+    ),
+    family(
         "sluice_spill_pending_counts",
         Gauge,
         "Counts of an earlier run's spill not delivered to the store yet.",

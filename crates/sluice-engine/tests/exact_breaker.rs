@@ -34,6 +34,7 @@ fn setup(on_store_error: &str) -> (Engine, Arc<Watched>, ManualClock) {
                 timeout: BUDGET,
                 breaker_failures: 3,
                 breaker_cool_off: COOL_OFF,
+                ..ExactCalls::default()
             },
             ..EngineOptions::default()
         },

@@ -126,6 +126,7 @@ async fn a_paused_redis_opens_the_breaker_and_a_probe_closes_it_once_redis_answe
             timeout: Duration::from_millis(50),
             breaker_failures: 3,
             breaker_cool_off: cool_off,
+            ..ExactCalls::default()
         },
     );
     let req = [[("k", "v")]];

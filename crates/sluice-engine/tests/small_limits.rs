@@ -169,6 +169,57 @@ async fn a_store_decision_that_timed_out_is_not_counted_twice() {
 }
 
 #[tokio::test]
+async fn a_key_spray_costs_the_store_at_most_the_rules_calls_a_second() {
+    // 10 calls a second: of 100 new keys in one instant, 10 are decided at the store and 90 by
+    // their share (counted here, flushed); each admitted request reaches the store once.
+    let clock = ManualClock::new(T0);
+    let store = Arc::new(common::watched::Watched::new(MemoryStore::new(Arc::new(
+        clock.clone(),
+    ))));
+    let engine = Engine::new(
+        &small_rule("store"),
+        &Default::default(),
+        store.clone(),
+        Arc::new(clock.clone()),
+        EngineOptions {
+            shared_store: true,
+            expected_instances: 3,
+            exact_calls: sluice_config::ExactCalls {
+                small_limit_calls: 10,
+                ..Default::default()
+            },
+            ..EngineOptions::default()
+        },
+    );
+    let users: Vec<String> = (0..100).map(|i| format!("sprayed-{i}")).collect();
+    for user in &users {
+        assert!(
+            engine
+                .check("d", &[[("user", user.as_str())]], 1)
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    assert_eq!(store.exact_calls(), 10);
+    assert_eq!(
+        engine.key_info("d", &[("user", users[99].as_str())]).len(),
+        1
+    );
+    // A second later the budget is back.
+    clock.set(T0 + SECOND);
+    engine.check("d", &[[("user", "later")]], 1).await.unwrap();
+    assert_eq!(store.exact_calls(), 11);
+    let report = engine.flush().await;
+    assert_eq!(report.failed, 0, "{report:?}");
+    let window = window_of(T0, WINDOW_NS);
+    for user in &users {
+        let key = CounterKey::new("d/user", &[user.as_str()]);
+        assert_eq!(store.inner.total(key.as_str(), window), 1, "{user}");
+    }
+}
+
+#[tokio::test]
 async fn a_single_instance_shares_a_limit_that_is_small_only_for_a_fleet() {
     // Alone (the store counts one instance, none expected), 20 per 10 s with 5 spans is four
     // a span: not small, so the instance counts locally and asks nothing.

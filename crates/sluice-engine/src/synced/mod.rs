@@ -131,7 +131,7 @@ pub(crate) struct SyncedRule {
     /// A flush reply queued a key for an early sync (the flusher wakes its loop).
     early_from_reply: std::sync::atomic::AtomicBool,
     /// Decisions at the store while the limit is too small to share (see [`small`]).
-    small: Option<StoreDecisions>,
+    small: Option<small::SmallLimit>,
 }
 
 /// The most keys of one rule waiting for an early sync: a key spray that has every key ask
@@ -157,10 +157,10 @@ impl SyncedRule {
     pub(crate) fn new(
         params: SyncedParams,
         rule_id: Arc<str>,
-        small_limits: sluice_config::SmallLimits,
+        (small_limits, small_limit_calls): (sluice_config::SmallLimits, u32),
     ) -> Self {
         Self {
-            small: small::store_decisions(&params, small_limits),
+            small: small::store_decisions(&params, small_limits, small_limit_calls),
             params,
             rule_id,
             keys: map(1024),
@@ -170,23 +170,46 @@ impl SyncedRule {
         }
     }
 
-    /// The store's decisions for this rule's keys while its limit is too small to share among
-    /// the fleet and the store answers (see [`small`]).
-    pub(crate) fn store_decides(&self, store: StoreView) -> Option<&StoreDecisions> {
-        let decisions = self.small.as_ref()?;
-        (store.health.answering() && small::is_small(&self.params, store)).then_some(decisions)
+    /// The store's decisions for `key`'s request at `now`, while the rule's limit is too small
+    /// to share among the fleet and the store answers. The request takes a call from the
+    /// rule's budget (`exact.small_limit_calls`), unless the key is known over its limit (no
+    /// call then); with the budget spent, `None`: the key's share decides.
+    pub(crate) fn store_decides(
+        &self,
+        store: StoreView,
+        key: &str,
+        now: Nanos,
+    ) -> Option<&StoreDecisions> {
+        let small = self.small.as_ref()?;
+        if !store.health.answering() || !small::is_small(&self.params, store) {
+            return None;
+        }
+        if small.decisions.is_blocked(key, now) || small.take_call(now) {
+            return Some(&small.decisions);
+        }
+        metrics::counter!("sluice_small_limit_calls_spent_total", "rule" => self.rule_id.to_string())
+            .increment(1);
+        None
+    }
+
+    /// Whether the rule's limit is too small to share among the fleet as `store` reports it
+    /// (and the rule decides such limits at the store).
+    pub(crate) fn decides_at_store(&self, store: StoreView) -> bool {
+        self.small.is_some() && store.health.answering() && small::is_small(&self.params, store)
     }
 
     /// Keys the store found over their limit, and forgets those whose block has passed.
     pub(crate) fn evict_store_blocks(&self, now: Nanos) -> (usize, usize) {
         self.small
             .as_ref()
-            .map_or((0, 0), |s| (s.evict(now), s.blocked()))
+            .map_or((0, 0), |s| (s.decisions.evict(now), s.decisions.blocked()))
     }
 
     /// Whether the store found `key` over its limit until after `now`.
     pub(crate) fn store_blocked(&self, key: &str, now: Nanos) -> bool {
-        self.small.as_ref().is_some_and(|s| s.is_blocked(key, now))
+        self.small
+            .as_ref()
+            .is_some_and(|s| s.decisions.is_blocked(key, now))
     }
 
     /// Checks a request against the key `key` (an encoded descriptor). The third value says

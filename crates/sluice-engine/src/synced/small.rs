@@ -12,7 +12,10 @@
 //! each request once. When the store does not answer, the key falls back to the synced
 //! decision (its share, as in any outage).
 
+use std::time::Duration;
+
 use sluice_config::SmallLimits;
+use sluice_core::{Algorithm, AtomicCell, Gcra, Nanos, Rate, StateCell};
 use sluice_store::ExactAlgorithm;
 
 use super::params::SyncedParams;
@@ -22,6 +25,26 @@ use crate::health::StoreView;
 /// A rule's limit is small when it is under this many requests per instance and span.
 pub const SMALL_LIMIT_SHARES: u64 = 2;
 
+/// A rule's store decisions for a small limit, and how many it may ask for.
+pub(crate) struct SmallLimit {
+    pub decisions: StoreDecisions,
+    /// `exact.small_limit_calls` a second (a token bucket of a second's worth): a key spray
+    /// costs the store at most that many calls a second per rule and instance; beyond it the
+    /// keys keep to their share, counted and flushed like any synced key.
+    calls: Gcra,
+    spent: AtomicCell,
+}
+
+impl SmallLimit {
+    /// Takes one store call from the budget at `now`; false when it is spent.
+    pub(crate) fn take_call(&self, now: Nanos) -> bool {
+        self.spent.transition(|tat| {
+            let (d, next) = self.calls.check(tat, now, 1);
+            (d.is_allowed(), next)
+        })
+    }
+}
+
 /// The store's decisions a rule can use for its keys when its limit is small, if any: the
 /// predictive policy with `small_limits: store`, a window of whole microseconds (the store
 /// numbers windows in them) and no penalty beyond the window (a key over its limit is refused
@@ -30,17 +53,22 @@ pub const SMALL_LIMIT_SHARES: u64 = 2;
 pub(crate) fn store_decisions(
     p: &SyncedParams,
     small_limits: SmallLimits,
-) -> Option<StoreDecisions> {
+    calls_per_second: u32,
+) -> Option<SmallLimit> {
     let usable = small_limits == SmallLimits::Store
         && p.predictive()
         && p.window_ns.is_multiple_of(1000)
         && p.cooldown_ns <= p.window_ns;
-    usable.then(|| {
-        StoreDecisions::new(ExactAlgorithm::WindowCounter {
+    let calls = u64::from(calls_per_second.max(1));
+    let rate = Rate::new(calls, Duration::from_secs(1)).ok()?;
+    usable.then(|| SmallLimit {
+        decisions: StoreDecisions::new(ExactAlgorithm::WindowCounter {
             limit: p.limit,
             window_us: p.window_ns / 1000,
             sliding: p.sliding,
-        })
+        }),
+        calls: Gcra::new(rate),
+        spent: AtomicCell::default(),
     })
 }
 
@@ -89,24 +117,36 @@ mod tests {
     }
 
     #[test]
+    fn a_rule_asks_the_store_at_most_its_calls_a_second() {
+        let small = store_decisions(&params(20, 5), SmallLimits::Store, 100).unwrap();
+        let t0 = 1_000 * 1_000_000_000;
+        let taken = (0..1000).filter(|_| small.take_call(t0)).count();
+        assert_eq!(taken, 100, "a second's worth at once");
+        assert!(!small.take_call(t0 + 5_000_000));
+        // One more every 10 ms.
+        assert!(small.take_call(t0 + 10_000_000));
+        assert!(!small.take_call(t0 + 10_000_000));
+    }
+
+    #[test]
     fn only_the_predictive_policy_without_a_long_penalty_decides_at_the_store() {
         let p = params(20, 5);
-        assert!(store_decisions(&p, SmallLimits::Store).is_some());
-        assert!(store_decisions(&p, SmallLimits::Share).is_none());
+        assert!(store_decisions(&p, SmallLimits::Store, 100).is_some());
+        assert!(store_decisions(&p, SmallLimits::Share, 100).is_none());
         let reactive = SyncedParams {
             policy: Policy::Reactive,
             ..p.clone()
         };
-        assert!(store_decisions(&reactive, SmallLimits::Store).is_none());
+        assert!(store_decisions(&reactive, SmallLimits::Store, 100).is_none());
         let penalty = SyncedParams {
             cooldown_ns: 2 * p.window_ns,
             ..p.clone()
         };
-        assert!(store_decisions(&penalty, SmallLimits::Store).is_none());
+        assert!(store_decisions(&penalty, SmallLimits::Store, 100).is_none());
         let odd = SyncedParams {
             window_ns: p.window_ns + 1,
             ..p
         };
-        assert!(store_decisions(&odd, SmallLimits::Store).is_none());
+        assert!(store_decisions(&odd, SmallLimits::Store, 100).is_none());
     }
 }

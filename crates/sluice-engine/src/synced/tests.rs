@@ -37,7 +37,7 @@ fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
     SyncedRule::new(
         params,
         Arc::from("d/user"),
-        sluice_config::SmallLimits::Share,
+        (sluice_config::SmallLimits::Share, 1),
     )
 }
 
