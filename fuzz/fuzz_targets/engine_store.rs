@@ -1,9 +1,12 @@
-//! Stateful: two synced instances (one predictive rule, one reactive) over one memory store
-//! whose faults the input drives (down, replies lost after the counts landed), with checks,
-//! costs, time steps and flushes in any order. Once the store is healthy and every instance
-//! has flushed, the store's total for the current window equals exactly what the instances
-//! admitted in it (no count lost, none counted twice), and no earlier window holds more than
-//! was admitted in it.
+//! Stateful: two synced instances (a predictive rule, a reactive one, and a predictive one whose
+//! limit is too small to share between two instances, decided at the store) over one memory
+//! store whose faults the input drives (down, replies lost after the counts landed or the
+//! decision was taken), with checks, costs, time steps and flushes in any order. Once the store
+//! is healthy and every instance has flushed, the store's total for the current window equals
+//! exactly what the instances admitted in it (no count lost, none counted twice), and no
+//! earlier window holds more than was admitted in it. A store decision whose reply was lost is
+//! the one documented exception: each may leave the small rule's total one request (its cost)
+//! off what was admitted, either way.
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -24,14 +27,18 @@ descriptors:
     rate_limit: { window: 10s, requests_per_unit: 30, mode: synced, spans: 4, policy: predictive }
   - key: team
     rate_limit: { window: 10s, requests_per_unit: 30, mode: synced, spans: 4, policy: reactive }
+  - key: ip
+    rate_limit: { window: 10s, requests_per_unit: 10, mode: synced, spans: 4, policy: predictive }
 "#;
 const WINDOW_NS: u64 = 10_000_000_000;
 const USERS: [&str; 3] = ["alice", "bob", "carol"];
-const KEYS: [&str; 2] = ["user", "team"];
+const KEYS: [&str; 3] = ["user", "team", "ip"];
+/// The rule decided at the store (10 < 2 x 2 instances x 4 spans).
+const SMALL: usize = 2;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Check { instance: bool, key: bool, user: u8, cost: u8 },
+    Check { instance: bool, key: u8, user: u8, cost: u8 },
     Advance { ms: u16 },
     Store { available: bool, replies_lost: bool },
     /// The store serves a few more round trips, then goes down (between a flush's chunks).
@@ -56,6 +63,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     // Flushes of more than two keys go in several chunks, so a store that
                     // fails between them is part of what the target explores.
                     flush_chunk_items: 2,
+                    expected_instances: 2,
                     ..EngineOptions::default()
                 },
             )
@@ -67,7 +75,7 @@ fuzz_target!(|ops: Vec<Op>| {
     for op in ops.iter().take(2000) {
         match *op {
             Op::Check { instance, key, user, cost } => {
-                let (k, u) = (usize::from(key), usize::from(user) % USERS.len());
+                let (k, u) = (usize::from(key) % KEYS.len(), usize::from(user) % USERS.len());
                 let cost = u64::from(cost % 8);
                 let request = [[(KEYS[k], USERS[u])]];
                 let engine = &engines[usize::from(instance)];
@@ -102,13 +110,21 @@ fuzz_target!(|ops: Vec<Op>| {
         }
     }
     let now_window = clock.now() / WINDOW_NS;
+    // Each lost decision reply: at most one request's cost (under 8) off, either way.
+    let slack = store.exact_replies_lost() * 7;
+    let mut off = 0;
     for k in 0..KEYS.len() {
         for (u, user) in USERS.iter().enumerate() {
             let key = CounterKey::new(&format!("d/{}", KEYS[k]), &[user]);
             for window in now_window.saturating_sub(1)..=now_window {
                 let want = admitted.get(&(k, u, window)).copied().unwrap_or(0);
                 let got = store.total(key.as_str(), window);
-                if window == now_window {
+                if k == SMALL && window == now_window {
+                    off += got.abs_diff(want);
+                    assert!(off <= slack, "{} {user} window {window}: {got}, admitted {want}, {slack} of slack", KEYS[k]);
+                } else if k == SMALL {
+                    assert!(got <= want + slack, "{} {user} window {window}: {got} > {want} + {slack}", KEYS[k]);
+                } else if window == now_window {
                     assert_eq!(got, want, "{} {user} window {window}", KEYS[k]);
                 } else {
                     assert!(got <= want, "{} {user} window {window}: {got} > {want}", KEYS[k]);

@@ -77,6 +77,7 @@ pub struct MemoryStore {
     state: Mutex<State>,
     available: AtomicBool,
     replies_lost: AtomicBool,
+    exact_replies_lost: AtomicU64,
     latency_ns: AtomicU64,
     clock_latency_ns: AtomicU64,
     operations: AtomicU64,
@@ -93,6 +94,7 @@ impl MemoryStore {
             state: Mutex::new(State::default()),
             available: AtomicBool::new(true),
             replies_lost: AtomicBool::new(false),
+            exact_replies_lost: AtomicU64::new(0),
             latency_ns: AtomicU64::new(0),
             clock_latency_ns: AtomicU64::new(0),
             operations: AtomicU64::new(0),
@@ -106,8 +108,9 @@ impl MemoryStore {
         self.available.store(available, Ordering::Relaxed);
     }
 
-    /// Makes every flush apply its counts and then fail with [`StoreError::Timeout`] as if the
-    /// reply were lost (true), or answer again (false): a flush whose outcome is unknown.
+    /// Makes every flush apply its counts, and every exact decision be taken, and then fail
+    /// with [`StoreError::Timeout`] as if the reply were lost (true), or answer again (false):
+    /// a call whose outcome is unknown.
     pub fn set_replies_lost(&self, lost: bool) {
         self.replies_lost.store(lost, Ordering::Relaxed);
     }
@@ -132,6 +135,11 @@ impl MemoryStore {
     pub fn set_clock_latency(&self, latency: Duration) {
         self.clock_latency_ns
             .store(duration_to_nanos(latency), Ordering::Relaxed);
+    }
+
+    /// Exact decisions taken whose reply was lost (see [`MemoryStore::set_replies_lost`]).
+    pub fn exact_replies_lost(&self) -> u64 {
+        self.exact_replies_lost.load(Ordering::Relaxed)
     }
 
     /// Round trips served so far (a flush is one, an exact decision is one).
@@ -351,7 +359,12 @@ impl CounterStore for MemoryStore {
     fn exact<'a>(&'a self, request: &'a ExactRequest) -> StoreFuture<'a, Decision> {
         Box::pin(self.round_trip(move || {
             self.commands.fetch_add(1, Ordering::Relaxed);
-            self.exact_now(request)
+            let decision = self.exact_now(request)?;
+            if self.replies_lost.load(Ordering::Relaxed) {
+                self.exact_replies_lost.fetch_add(1, Ordering::Relaxed);
+                return Err(StoreError::Timeout(Duration::ZERO));
+            }
+            Ok(decision)
         }))
     }
 
