@@ -10,6 +10,9 @@
 # STORE=redis://127.0.0.1:PORT/ runs the rules in synced mode on that Redis (start your own);
 # PAD=N pads every sprayed value to N bytes (the gRPC and /json doors take at most 1,024);
 # SETTLE=S waits S seconds after each spray before reading memory (let a synced flush run).
+# EXPECTED=N sets expected_instances: N; with STORE and N >= 3 the rules' 5 a minute is a limit
+# too small to share, decided at the store (at most exact.small_limit_calls a second per rule);
+# the Redis calls each spray made are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KEYS=${KEYS:-10000000}
@@ -48,6 +51,7 @@ descriptors:
 RULES
 cat > "$W/sluice.yaml" <<CONF
 ${STORE:+store: $STORE}
+${EXPECTED:+expected_instances: $EXPECTED}
 listen: { http: 127.0.0.1:18410, grpc: 127.0.0.1:18411, admin: 127.0.0.1:18412 }
 rules: [rules/]
 api: { domain: api }
@@ -64,6 +68,12 @@ CONF
 "$LOAD" upstream 127.0.0.1:18414 &
 
 kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
+# Calls of each command the store served so far (`evalsha:N incrby:N ...`), with STORE.
+calls() {
+  [ -n "${STORE:-}" ] || return 0
+  redis-cli -u "$STORE" INFO commandstats | tr -d '\r' \
+    | awk -F'[_:=,]' '/^cmdstat_(evalsha|incrby|hset|pexpire)/ { printf "%s:%s ", $2, $4 }'
+}
 start() {
   RUST_LOG=${RUST_LOG:-error} "$BIN" serve --config "$W/sluice.yaml" &
   PID=$!
@@ -75,10 +85,11 @@ addr() { case $1 in grpc) echo 127.0.0.1:18411;; gateway) echo 127.0.0.1:18413;;
 echo "# key spray: $KEYS keys per door, values padded to ${PAD:-0} bytes, store ${STORE:-memory}"
 for door in $DOORS; do
   start
-  before=$(kib $PID VmRSS)
+  before=$(kib $PID VmRSS); calls_before=$(calls)
   "$LOAD" spray "$door" "$(addr "$door")" "$KEYS"
   sleep "${SETTLE:-0}"
   after=$(kib $PID VmRSS); peak=$(kib $PID VmHWM)
+  [ -n "${STORE:-}" ] && echo "$door: store calls before the spray: ${calls_before:-none}; after: $(calls)"
   "$LOAD" probe "$door" "$(addr "$door")" || true
   echo "$door: RSS $((before / 1024)) MiB at start, $((after / 1024)) MiB after the spray, peak $((peak / 1024)) MiB"
   kill $PID; wait $PID 2>/dev/null || true
