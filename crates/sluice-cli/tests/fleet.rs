@@ -11,12 +11,24 @@ mod fleet;
 use std::path::Path;
 use std::time::Duration;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_instances_hold_a_new_keys_first_window_and_agree_with_the_simulator() {
+/// Runs `examples/scenarios/first-window/<name>` (cut to `seconds`, predictive) on three real
+/// instances that have announced themselves (so they know the fleet's size), and in the
+/// simulator. Returns the scenario, what the real processes admitted, the simulator's report
+/// and the fleet (for its logs).
+async fn on_real_fleet(
+    name: &str,
+    seconds: u64,
+) -> (
+    sluice_sim::Scenario,
+    fleet::Replayed,
+    sluice_sim::Report,
+    fleet::Fleet,
+) {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/scenarios/first-window/three.yaml");
+        .join("../../examples/scenarios/first-window")
+        .join(name);
     let mut scenario = sluice_sim::Scenario::load(&file).unwrap();
-    scenario.duration_s = 12;
+    scenario.duration_s = seconds;
     scenario.policies = Some(vec!["predictive".to_owned()]);
     let requests = sluice_sim::requests(&scenario);
     let fleet = fleet::Fleet::start(
@@ -25,12 +37,17 @@ async fn three_instances_hold_a_new_keys_first_window_and_agree_with_the_simulat
         &sluice_sim::rule_file("predictive", &scenario),
         "",
     );
-    // The instances announce themselves when they start and learn the fleet's size.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let window = Duration::from_secs(scenario.rule.window_s);
     let real = fleet::replay(&fleet.http_ports(), &requests, window).await;
-    let admitted = real.admitted_by_window(2);
     let sim = sluice_sim::run(&scenario);
+    (scenario, real, sim, fleet)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_hold_a_new_keys_first_window_and_agree_with_the_simulator() {
+    let (_, real, sim, fleet) = on_real_fleet("three.yaml", 12).await;
+    let admitted = real.admitted_by_window(2);
     let simulated = &sim.policies[0].admitted_by_window;
     eprintln!(
         "3 instances, 300 per 6 s, 3 spans, 2.4x: admitted per window {admitted:?}, simulated {simulated:?} ({} late, {} failed)",
@@ -56,23 +73,8 @@ async fn three_instances_hold_a_new_keys_first_window_and_agree_with_the_simulat
 async fn per_user_limits_too_small_to_share_are_held_exactly_by_real_processes() {
     // 20 per 10 s with 5 spans over three instances: decided at the store. New users every
     // second at 2x and 5x (`first-window/churn-3.yaml`, cut to 20 s), each spread evenly.
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/scenarios/first-window/churn-3.yaml");
-    let mut scenario = sluice_sim::Scenario::load(&file).unwrap();
-    scenario.duration_s = 20;
-    scenario.policies = Some(vec!["predictive".to_owned()]);
-    let requests = sluice_sim::requests(&scenario);
-    let fleet = fleet::Fleet::start(
-        Path::new(env!("CARGO_BIN_EXE_sluice")),
-        3,
-        &sluice_sim::rule_file("predictive", &scenario),
-        "",
-    );
-    // The instances announce themselves when they start and learn the fleet's size: only
-    // then is the limit small for them.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let window = Duration::from_secs(scenario.rule.window_s);
-    let real = fleet::replay(&fleet.http_ports(), &requests, window).await;
+    // Only once the instances know the fleet's size is the limit small for them.
+    let (scenario, real, sim, fleet) = on_real_fleet("churn-3.yaml", 20).await;
     assert_eq!(real.failed, 0, "{}", fleet.logs());
     let limit = scenario.rule.limit;
     let over: Vec<_> = real
@@ -94,7 +96,6 @@ async fn per_user_limits_too_small_to_share_are_held_exactly_by_real_processes()
         .values()
         .filter(|c| c.offered > limit)
         .all(|c| c.admitted == limit);
-    let sim = sluice_sim::run(&scenario);
     let simulated = sim.policies[0].admitted;
     eprintln!(
         "churn over 3 instances, 20 per 10 s: admitted {admitted} (simulated {simulated}), {} key-windows, {} late",

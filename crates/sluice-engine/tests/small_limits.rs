@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::*;
 use sluice_core::ManualClock;
 use sluice_engine::{Engine, EngineOptions, Reason};
-use sluice_store::{CounterKey, MemoryStore};
+use sluice_store::{CounterKey, CounterStore, MemoryStore};
 
 const WINDOW_NS: u64 = 10 * SECOND;
 
@@ -33,6 +33,26 @@ fn fleet(small_limits: &str) -> (Fleet, Arc<MemoryStore>, ManualClock) {
         3,
     );
     (fleet, store, store_clock)
+}
+
+/// One instance of a fleet of three (as configured) over `store`, with `calls` store decisions
+/// a second.
+fn instance(clock: &ManualClock, store: Arc<dyn CounterStore>, calls: u32) -> Engine {
+    Engine::new(
+        &small_rule("store"),
+        &Default::default(),
+        store,
+        Arc::new(clock.clone()),
+        EngineOptions {
+            shared_store: true,
+            expected_instances: 3,
+            exact_calls: sluice_config::ExactCalls {
+                small_limit_calls: calls,
+                ..Default::default()
+            },
+            ..EngineOptions::default()
+        },
+    )
 }
 
 #[tokio::test]
@@ -146,17 +166,7 @@ async fn a_store_decision_that_timed_out_is_not_counted_twice() {
         common::watched::Watched::new(MemoryStore::new(Arc::new(clock.clone())))
             .losing_exact_reply(1),
     );
-    let engine = Engine::new(
-        &small_rule("store"),
-        &Default::default(),
-        store.clone(),
-        Arc::new(clock.clone()),
-        EngineOptions {
-            shared_store: true,
-            expected_instances: 3,
-            ..EngineOptions::default()
-        },
-    );
+    let engine = instance(&clock, store.clone(), 5_000);
     let user = [[("user", "alice")]];
     for _ in 0..3 {
         assert!(engine.check("d", &user, 1).await.unwrap().allowed);
@@ -176,21 +186,7 @@ async fn a_key_spray_costs_the_store_at_most_the_rules_calls_a_second() {
     let store = Arc::new(common::watched::Watched::new(MemoryStore::new(Arc::new(
         clock.clone(),
     ))));
-    let engine = Engine::new(
-        &small_rule("store"),
-        &Default::default(),
-        store.clone(),
-        Arc::new(clock.clone()),
-        EngineOptions {
-            shared_store: true,
-            expected_instances: 3,
-            exact_calls: sluice_config::ExactCalls {
-                small_limit_calls: 10,
-                ..Default::default()
-            },
-            ..EngineOptions::default()
-        },
-    );
+    let engine = instance(&clock, store.clone(), 10);
     let users: Vec<String> = (0..100).map(|i| format!("sprayed-{i}")).collect();
     for user in &users {
         assert!(
