@@ -4,7 +4,27 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use sluice_config::{Limit, ServiceConfig};
+use sluice_config::{
+    AlgorithmKind, Limit, Mode, Policy, ResolvedLimit, ServiceConfig, SmallLimits, StoreConfig,
+};
+
+/// From how many instances a synced rule's limit is too small to share and each request is
+/// decided at the store (a Redis store, the predictive policy, `small_limits: store`, a window
+/// algorithm and no penalty beyond the window; see docs/SYNCED.md).
+fn decided_at_store_from(r: &ResolvedLimit, store: &StoreConfig) -> Option<u64> {
+    let window_algorithm = matches!(
+        r.algorithm,
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow
+    );
+    let applies = matches!(store, StoreConfig::Redis(_))
+        && r.mode == Mode::Synced
+        && window_algorithm
+        && r.policy == Policy::Predictive
+        && r.small_limits == SmallLimits::Store
+        && r.cooldown <= r.rate.window();
+    let per_instance = u64::from(r.spans) * sluice_engine::SMALL_LIMIT_SHARES;
+    applies.then(|| (r.rate.limit() / per_instance + 1).max(2))
+}
 
 /// Renders every domain's rules, one line per rule.
 pub fn render(config: &ServiceConfig) -> String {
@@ -18,6 +38,7 @@ pub fn render(config: &ServiceConfig) -> String {
             domain.rules().len()
         );
         for rule in domain.rules() {
+            let mut extra = String::new();
             let (limit, window, algorithm, mode) = match &rule.limit {
                 Limit::Unlimited => ("unlimited".to_owned(), "-".to_owned(), "-", "-"),
                 Limit::Blocked(window) => (
@@ -28,6 +49,9 @@ pub fn render(config: &ServiceConfig) -> String {
                 ),
                 Limit::Limited(spec) => {
                     let r = spec.resolve(&config.defaults);
+                    if let Some(from) = decided_at_store_from(&r, &config.store) {
+                        let _ = write!(extra, "  decided at the store from {from} instances");
+                    }
                     (
                         r.rate.limit().to_string(),
                         sluice_core::format_duration(r.rate.window()),
@@ -36,7 +60,6 @@ pub fn render(config: &ServiceConfig) -> String {
                     )
                 }
             };
-            let mut extra = String::new();
             if rule.shadow_mode {
                 extra.push_str("  shadow");
             }
@@ -79,5 +102,40 @@ pub fn run(file: &Path, strict: bool) -> anyhow::Result<ExitCode> {
 pub fn log_warnings(config: &ServiceConfig) {
     for w in sluice_config::warnings(config) {
         tracing::warn!("{w}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_says_from_how_many_instances_the_store_decides_it() {
+        let dir = std::env::temp_dir().join(format!("sluice-check-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rules")).unwrap();
+        std::fs::write(
+            dir.join("rules/edge.yaml"),
+            "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 10s, requests_per_unit: 20, spans: 5 }\n  - key: ip\n    rate_limit: { window: 10s, requests_per_unit: 20, spans: 5, small_limits: share }\n",
+        )
+        .unwrap();
+        let render_with = |store: &str| {
+            std::fs::write(
+                dir.join("sluice.yaml"),
+                format!("store: {store}\nrules: [rules/]\n"),
+            )
+            .unwrap();
+            render(&sluice_config::load(&dir.join("sluice.yaml")).unwrap())
+        };
+        let redis = render_with("redis://127.0.0.1:6399/");
+        let lines: Vec<&str> = redis.lines().collect();
+        assert!(
+            lines[1].ends_with("synced  decided at the store from 3 instances"),
+            "{redis}"
+        );
+        assert!(lines[2].ends_with("synced"), "{redis}");
+        // With the embedded store nothing is shared, nothing decided at a store.
+        let memory = render_with("memory://");
+        assert!(!memory.contains("decided at the store"), "{memory}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
