@@ -104,8 +104,20 @@ async fn the_fleet_admits_exactly_a_small_limit_and_a_key_over_it_costs_no_store
         assert_eq!(calls_while_blocked, Some(0), "window {window}");
     }
     // No key state was kept for the decisions: nothing to flush, nothing tracked, and
-    // nothing to give back to (the count is the store's).
+    // nothing to give back to (the count is the store's). The status page says how the rule
+    // decides, and shows the refused key blocked.
     let engine = &fleet.instances[0].engine;
+    let status = engine.status(4);
+    let rule = &status.rules[0];
+    assert_eq!(
+        rule.policy,
+        "predictive, a limit too small to share: decided at the store"
+    );
+    assert!(
+        rule.heavy_keys.iter().any(|k| k.blocked),
+        "{:?}",
+        rule.heavy_keys
+    );
     assert!(engine.key_info("d", &[("user", "alice")]).is_empty());
     assert_eq!(engine.refill("d", &[("user", "alice")], 1).unwrap(), 0);
 }
