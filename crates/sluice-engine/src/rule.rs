@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 use crate::descriptor_key::with_key;
 use crate::exact::{Asked, ExactRule};
 use crate::flusher::{Flusher, count_store_error};
+use crate::health::StoreView;
 use crate::local::LocalLimiter;
 use crate::sketch::OverflowSketch;
 use crate::synced::SyncedRule;
@@ -130,7 +131,7 @@ impl RuleEngine {
             RuleKind::Synced(synced) => {
                 let store = flusher.view();
                 if let Some(decided) = self
-                    .decide_small_limit(synced, flusher, values(), now, cost, max_keys)
+                    .decide_small_limit(synced, flusher, store, values(), (now, cost, max_keys))
                     .await
                 {
                     return decided;
@@ -182,12 +183,10 @@ impl RuleEngine {
         &self,
         synced: &SyncedRule,
         flusher: &Flusher,
+        store: StoreView,
         values: impl Iterator<Item = &'v str>,
-        now: Nanos,
-        cost: u64,
-        max_keys: usize,
+        (now, cost, max_keys): (Nanos, u64, usize),
     ) -> Option<(Decision, Option<Reason>)> {
-        let store = flusher.view();
         // Checked first: only a small limit pays for the owned key.
         if !synced.decides_at_store(store) || !flusher.runs_exact() {
             return None;

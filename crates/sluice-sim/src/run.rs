@@ -76,35 +76,18 @@ pub fn rule_file(policy: &str, s: &Scenario) -> String {
         String::new()
     };
     let expected = s.nodes.expected.unwrap_or(s.nodes.count as u64);
+    // The synced policies: the rule's policy and what each adds to it.
+    let synced = |policy: &str, more: &str| {
+        format!(
+            "mode: synced, policy: {policy}{more}, spans: {}{cooldown}",
+            r.spans
+        )
+    };
     let (limit, extra) = match policy {
-        "reactive" => (
-            r.limit,
-            format!(
-                "mode: synced, policy: reactive, spans: {}{cooldown}",
-                r.spans
-            ),
-        ),
-        "predictive" => (
-            r.limit,
-            format!(
-                "mode: synced, policy: predictive, spans: {}{cooldown}",
-                r.spans
-            ),
-        ),
-        "predictive_share" => (
-            r.limit,
-            format!(
-                "mode: synced, policy: predictive, small_limits: share, spans: {}{cooldown}",
-                r.spans
-            ),
-        ),
-        "predictive_sliding" => (
-            r.limit,
-            format!(
-                "mode: synced, policy: predictive, algorithm: sliding_window, spans: {}{cooldown}",
-                r.spans
-            ),
-        ),
+        "reactive" => (r.limit, synced("reactive", "")),
+        "predictive" => (r.limit, synced("predictive", "")),
+        "predictive_share" => (r.limit, synced("predictive", ", small_limits: share")),
+        "predictive_sliding" => (r.limit, synced("predictive", ", algorithm: sliding_window")),
         "exact" => (r.limit, "mode: exact, on_store_error: deny".to_owned()),
         "local" => (r.limit, "mode: local".to_owned()),
         _ => ((r.limit / expected).max(1), "mode: local".to_owned()),

@@ -179,12 +179,12 @@ impl Flusher {
         }
     }
 
-    /// How an exact-mode request calls the store.
     /// Whether the store takes decisions (`exact` mode's scripts); etcd does not.
     pub(crate) fn runs_exact(&self) -> bool {
         self.store.runs_exact()
     }
 
+    /// How a decision taken in the store calls it (exact rules, synced small limits).
     pub(crate) fn exact_calls(&self) -> StoreCalls<'_> {
         StoreCalls {
             store: &*self.store,
@@ -551,11 +551,7 @@ fn sweep_synced<'t>(
     gauges: bool,
 ) -> usize {
     let mut mine = Vec::new();
-    let mut sweep = synced.prepare_flush(now, node, items, &mut mine);
-    // Keys the store refused (a limit too small to share) are blocked too.
-    let (evicted, blocked) = synced.evict_store_blocks(now);
-    sweep.evicted += evicted;
-    sweep.blocked += blocked;
+    let sweep = synced.prepare_flush(now, node, items, &mut mine);
     let id = || id.to_string();
     if sweep.evicted > 0 {
         counter!("sluice_evicted_keys_total", "rule" => id()).increment(sweep.evicted as u64);

@@ -445,11 +445,8 @@ impl KeyState {
             return Some(FallbackDenial::ColdSpan);
         }
         // Predictive: at least the instances the store counted before it went silent.
-        let nodes = if p.predictive() {
-            model::node_estimate(self).max(parties)
-        } else {
-            model::node_estimate(self)
-        };
+        let floor = if p.predictive() { parties } else { 1 };
+        let nodes = model::node_estimate(self).max(floor);
         let use_fallback = !store.health.answering() && (!p.predictive() || !seen_entries);
         (use_fallback && !model::fits_share(p, nodes, span_count, local, cost))
             .then_some(FallbackDenial::StoreDown)

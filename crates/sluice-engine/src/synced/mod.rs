@@ -198,13 +198,6 @@ impl SyncedRule {
         self.small.is_some() && store.health.answering() && small::is_small(&self.params, store)
     }
 
-    /// Keys the store found over their limit, and forgets those whose block has passed.
-    pub(crate) fn evict_store_blocks(&self, now: Nanos) -> (usize, usize) {
-        self.small
-            .as_ref()
-            .map_or((0, 0), |s| (s.decisions.evict(now), s.decisions.blocked()))
-    }
-
     /// Whether the store found `key` over its limit until after `now`.
     pub(crate) fn store_blocked(&self, key: &str, now: Nanos) -> bool {
         self.small
@@ -407,6 +400,12 @@ impl SyncedRule {
             self.shared.remove(name, &shared_guard);
         }
         sweep.evicted = idle.len();
+        // Keys the store refused (a limit too small to share) are blocked too; those whose
+        // block has passed are forgotten.
+        if let Some(small) = &self.small {
+            sweep.evicted += small.decisions.evict(now);
+            sweep.blocked += small.decisions.blocked();
+        }
         sweep
     }
 
