@@ -77,10 +77,31 @@ async fn per_user_limits_too_small_to_share_are_held_exactly_by_real_processes()
     let (scenario, real, sim, fleet) = on_real_fleet("churn-3.yaml", 20).await;
     assert_eq!(real.failed, 0, "{}", fleet.logs());
     let limit = scenario.rule.limit;
+    // The store's own count of every key and window (the instances' windows, by their
+    // clocks): never over the limit.
+    let keys = fleet.redis.command("KEYS sluice:v1:*");
+    let counters: Vec<&str> = keys
+        .lines()
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+        .filter(|k| !k.ends_with(":n") && !k.contains(":r:") && !k.ends_with("fleet"))
+        .collect();
+    assert!(counters.len() >= 20, "{keys}");
+    for k in counters {
+        let value = fleet.redis.command(&format!("GET {k}"));
+        let count: u64 = value
+            .lines()
+            .find(|l| !l.starts_with('$'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(count <= limit, "{k}: {count} of {limit}");
+    }
+    // The replay counts a request in the window it was sent in; one sent just before a
+    // boundary may be decided just after it, so a key-window seen from the client may hold
+    // one request of the next.
     let over: Vec<_> = real
         .counts
         .iter()
-        .filter(|(_, c)| c.admitted > limit)
+        .filter(|(_, c)| c.admitted > limit + 1)
         .collect();
     assert!(
         over.is_empty(),
@@ -88,14 +109,14 @@ async fn per_user_limits_too_small_to_share_are_held_exactly_by_real_processes()
         real.late,
         fleet.logs()
     );
-    // Every key-window with more demand than the limit got the whole limit, and the
-    // simulator admits the same in all.
+    // Every key-window with more demand than the limit got the whole limit (give or take
+    // the request at a boundary), and the simulator admits the same in all.
     let admitted: u64 = real.counts.values().map(|c| c.admitted).sum();
     let full = real
         .counts
         .values()
         .filter(|c| c.offered > limit)
-        .all(|c| c.admitted == limit);
+        .all(|c| c.admitted.abs_diff(limit) <= 1);
     let simulated = sim.policies[0].admitted;
     eprintln!(
         "churn over 3 instances, 20 per 10 s: admitted {admitted} (simulated {simulated}), {} key-windows, {} late",
