@@ -18,6 +18,18 @@ pub(crate) fn admin_router(service: Arc<Service>, token: Option<Token>) -> axum:
             get(
                 |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
                     let engine = s.engine.load();
+                    let doors = s.doors.report();
+                    let shedding: Vec<&str> = doors.shedding().map(|d| d.listener).collect();
+                    if !shedding.is_empty() {
+                        // Turning calls away: a load balancer should send them elsewhere.
+                        return (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!(
+                                "shedding requests on {} (see /status.json `listeners`)\n",
+                                shedding.join(", ")
+                            ),
+                        );
+                    }
                     // A shared store must have answered once; the memory store is always there.
                     if s.store_is_memory
                         || engine.store_reached()
@@ -55,7 +67,7 @@ fn admin_protected(service: Arc<Service>) -> axum::Router {
             "/",
             get(
                 |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    let status = s.book.status(&s.engine.load());
+                    let status = s.book.status(&s.engine.load(), &s.doors);
                     axum::response::Html(crate::status_page::render(&status))
                 },
             ),
@@ -72,7 +84,7 @@ fn admin_protected(service: Arc<Service>) -> axum::Router {
             "/status.json",
             get(
                 |axum::extract::State(s): axum::extract::State<Arc<Service>>| async move {
-                    axum::Json(s.book.status(&s.engine.load()))
+                    axum::Json(s.book.status(&s.engine.load(), &s.doors))
                 },
             ),
         )

@@ -20,13 +20,19 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
+use crate::admission::{Admission, Refusal};
 use crate::guarded::{ConnectionCap, Guarded};
 use crate::tls::{Conn, handshake};
 
-/// The router behind the request-level defences: at most `max_requests_in_flight` at once
-/// (503 beyond, at once), `request_timeout` per request (408), `max_body_bytes` for bodies
-/// read whole (413).
-pub(crate) fn protect(router: axum::Router, limits: &ListenerLimits) -> axum::Router {
+/// The router behind the request-level defences: its body read first (`admission`: within
+/// `body_read_timeout`, in a bounded waiting room), then one of `max_requests_in_flight`
+/// slots (503 beyond, at once), `request_timeout` per request (408), `max_body_bytes` for
+/// bodies read whole (413).
+pub(crate) fn protect(
+    router: axum::Router,
+    limits: &ListenerLimits,
+    admission: Admission,
+) -> axum::Router {
     let timeout = limits.request_timeout;
     router
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
@@ -35,21 +41,20 @@ pub(crate) fn protect(router: axum::Router, limits: &ListenerLimits) -> axum::Ro
                 .layer(HandleErrorLayer::new(
                     move |e: tower::BoxError| async move { overload_response(&e, timeout) },
                 ))
-                .load_shed()
-                .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
-                    limits.max_requests_in_flight,
-                ))
+                .layer(admission)
                 .timeout(timeout),
         )
 }
 
 fn overload_response(e: &tower::BoxError, timeout: Duration) -> Response {
-    let (status, message) = if e.is::<tower::load_shed::error::Overloaded>() {
-        metrics::counter!("sluice_requests_shed_total").increment(1);
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many requests in flight on this listener; retry shortly".to_owned(),
-        )
+    let (status, message) = if let Some(refusal) = e.downcast_ref::<Refusal>() {
+        let status = match refusal {
+            Refusal::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::Evicted | Refusal::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::BodyError => StatusCode::BAD_REQUEST,
+        };
+        (status, refusal.to_string())
     } else if e.is::<tower::timeout::error::Elapsed>() {
         (
             StatusCode::REQUEST_TIMEOUT,

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod access;
 mod admin;
+mod admission;
 mod check;
 mod door_metrics;
 mod geo;

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::access::Token;
 use crate::admin::{admin_router, with_token};
+use crate::admission::{Admission, Buffering, Door};
 use crate::guarded::ConnectionCap;
 use crate::lifecycle::{keep_spill, open_state, wait_for_termination};
 use crate::listener::{connection_budget, guarded_incoming, protect, serve_http};
@@ -40,6 +41,8 @@ pub(crate) struct Service {
     rls_options: sluice_rls::SharedOptions,
     /// Each gateway worker's handle, by the gateway's listen address.
     gateways: parking_lot::Mutex<Vec<(std::net::SocketAddr, sluice_http::GatewayHandle)>>,
+    /// What each listener refused, for readiness and the status page.
+    pub(crate) doors: crate::admission::Doors,
 }
 
 fn store_of(
@@ -291,6 +294,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     crate::check::log_warnings(&config);
     let prometheus = install_metrics()?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
+    let doors = crate::admission::Doors::new(clock.clone());
     let (store, store_is_memory) = store_of(&config, &clock)?;
     let description = store.describe();
     let engine = Engine::new(
@@ -326,6 +330,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         running: parking_lot::Mutex::new(config.clone()),
         rls_options: rls_options.clone(),
         gateways: parking_lot::Mutex::new(Vec::new()),
+        doors: doors.clone(),
     });
     tokio::spawn({
         let service = service.clone();
@@ -386,6 +391,13 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
                 api_token.clone(),
             ),
             &limits,
+            Admission::new(
+                "http",
+                Door::Http,
+                Buffering::Whole(limits.max_body_bytes),
+                &limits,
+                &doors,
+            ),
         )
         .layer(axum::middleware::from_fn(crate::door_metrics::count_api)),
         limits.clone(),
@@ -395,7 +407,17 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     );
     let admin = serve_http(
         admin_listener,
-        protect(admin_router(service.clone(), admin_token), &limits),
+        protect(
+            admin_router(service.clone(), admin_token),
+            &limits,
+            Admission::new(
+                "admin",
+                Door::Http,
+                Buffering::Whole(limits.max_body_bytes),
+                &limits,
+                &doors,
+            ),
+        ),
         limits.clone(),
         ConnectionCap::new("admin", limits.admin_max_connections),
         http_tls.clone(),
@@ -406,8 +428,12 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             .timeout(limits.request_timeout)
             .max_concurrent_streams(limits.http2_max_concurrent_streams)
             .http2_max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-            .layer(tower::ServiceBuilder::new().load_shed().layer(
-                tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_requests_in_flight),
+            .layer(Admission::new(
+                "grpc",
+                Door::Grpc,
+                Buffering::Whole(limits.max_body_bytes),
+                &limits,
+                &doors,
             ));
         let incoming = guarded_incoming(
             grpc_listener,
@@ -502,6 +528,14 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
                 .max(gateway.upstream_timeout + Duration::from_secs(1)),
             ..limits.clone()
         };
+        // One admission over all its workers too: the in-flight cap is the listener's.
+        let admission = Admission::new(
+            "gateway",
+            Door::Http,
+            Buffering::Prefix(limits.max_body_bytes),
+            &gateway_limits,
+            &doors,
+        );
         tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, workers = listeners.len(), "gateway serving");
         for (i, listener) in listeners.into_iter().enumerate() {
             // Built here, one per worker (each its own upstream pool): a bad upstream stops the
@@ -510,9 +544,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
                 sluice_http::reloadable_gateway(engine.clone(), &gateway, geo.clone())
                     .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
             service.gateways.lock().push((gateway.listen, handle));
-            let router = protect(router, &gateway_limits).layer(axum::middleware::from_fn(
-                crate::door_metrics::count_gateway,
-            ));
+            let router = protect(router, &gateway_limits, admission.clone()).layer(
+                axum::middleware::from_fn(crate::door_metrics::count_gateway),
+            );
             let worker = spawn_gateway_worker(
                 i,
                 listener,

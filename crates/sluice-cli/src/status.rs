@@ -11,6 +11,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use sluice_engine::{DecisionCounts, Engine, EngineStatus};
 
+use crate::admission::{Doors, ListenerReport};
+
 /// How often the rates are sampled.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// Samples kept: ten minutes.
@@ -74,6 +76,8 @@ pub(crate) struct Status {
     pub engine: EngineStatus,
     /// Per rule (`domain/id`): decisions per second over the last interval and the charts.
     pub rates: Vec<RuleRates>,
+    /// What each listener refused, and whether it is shedding now.
+    pub listeners: Vec<ListenerReport>,
 }
 
 #[derive(Debug, Serialize)]
@@ -135,7 +139,7 @@ impl Book {
         history.push_back(Sample { at_ms, counts });
     }
 
-    pub(crate) fn status(&self, engine: &Engine) -> Status {
+    pub(crate) fn status(&self, engine: &Engine, doors: &Doors) -> Status {
         let now_ms = engine.now() / 1_000_000;
         let status = engine.status(TOP_KEYS);
         let history = self.history.lock();
@@ -186,6 +190,7 @@ impl Book {
             },
             engine: status,
             rates,
+            listeners: doors.report().listeners,
         }
     }
 }

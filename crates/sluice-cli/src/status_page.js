@@ -47,6 +47,14 @@
         st.exact_breaker, st.replay_pending])));
     if (fl.last_error) store.append(h('p', {}, 'last flush failure: ', h('span', { class: 'bad' }, fl.last_error)));
     page.append(store);
+    const doors = s.listeners || [];
+    if (doors.length) {
+      page.append(h('section', {}, h('h2', {}, 'Listeners'), h('table', {},
+        row(['listener', 'state', 'shed: no slot', 'shed: waiting room full', 'body timeouts'], 'th'),
+        ...doors.map((d) => row([d.listener,
+          h('td', { class: d.shedding ? 'bad' : 'ok' }, d.shedding ? `shedding (last ${d.last_shed_ms_ago} ms ago)` : 'serving'),
+          d.shed_in_flight, d.shed_waiting, d.body_timeouts])))));
+    }
     const rules = h('section', {}, h('h2', {}, 'Rules'));
     s.rules.forEach((rule, i) => {
       const rates = s.rates[i] || { now: { allowed: 0, denied: 0, shadow_denied: 0 }, history: [] };

@@ -21,8 +21,21 @@ pub struct ListenerLimits {
     /// apart so that `/healthz` answers while the others are flooded.
     pub admin_max_connections: usize,
     /// Requests served at once per listener (`max_requests_in_flight`, default 4,096); more
-    /// are answered at once with 503 (gRPC: `UNAVAILABLE`) instead of queueing.
+    /// are answered at once with 503 (gRPC: `RESOURCE_EXHAUSTED`) instead of queueing. A
+    /// request takes its slot only once its body has arrived (or, at a gateway, its first
+    /// `max_body_bytes`), so a client that never finishes a body holds no slot.
     pub max_requests_in_flight: usize,
+    /// Time for a client to send a request's body once its head has arrived
+    /// (`body_read_timeout`, default 10 s; a gateway waits for the first `max_body_bytes`
+    /// only); then 408 (gRPC: `CANCELLED`).
+    pub body_read_timeout: Duration,
+    /// Requests whose body is still arriving, per listener (`max_bodies_waiting`, default
+    /// 16,384). Beyond it the request that has waited longest is answered 408 and dropped,
+    /// so held streams cannot lock newer requests out.
+    pub max_bodies_waiting: usize,
+    /// Bytes buffered for bodies still arriving, per listener (`max_waiting_body_bytes`,
+    /// default 64 MiB); beyond it the longest-waiting requests are dropped as above.
+    pub max_waiting_body_bytes: usize,
     /// Time for a client to send a whole request head (`header_read_timeout`, default 10 s);
     /// it also bounds how long an HTTP/1 keep-alive connection waits for its next request.
     pub header_read_timeout: Duration,
@@ -47,6 +60,9 @@ impl Default for ListenerLimits {
             max_connections: 10_000,
             admin_max_connections: 64,
             max_requests_in_flight: 4_096,
+            body_read_timeout: Duration::from_secs(10),
+            max_bodies_waiting: 16_384,
+            max_waiting_body_bytes: 64 * 1024 * 1024,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(30),
@@ -123,6 +139,23 @@ pub(crate) fn parse_listeners(raw: &RawListeners) -> Result<ListenerLimits, Loca
             raw.max_requests_in_flight.as_ref(),
             d.max_requests_in_flight,
             1,
+        )?,
+        body_read_timeout: timeout(
+            "body_read_timeout",
+            raw.body_read_timeout.as_ref(),
+            d.body_read_timeout,
+        )?,
+        max_bodies_waiting: count(
+            "max_bodies_waiting",
+            raw.max_bodies_waiting.as_ref(),
+            d.max_bodies_waiting,
+            1,
+        )?,
+        max_waiting_body_bytes: count(
+            "max_waiting_body_bytes",
+            raw.max_waiting_body_bytes.as_ref(),
+            d.max_waiting_body_bytes,
+            1024,
         )?,
         header_read_timeout: timeout(
             "header_read_timeout",

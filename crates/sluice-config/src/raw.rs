@@ -109,6 +109,9 @@ pub(crate) struct RawListeners {
     pub max_header_bytes: Option<Spanned<i64>>,
     pub max_body_bytes: Option<Spanned<i64>>,
     pub http2_max_concurrent_streams: Option<Spanned<i64>>,
+    pub body_read_timeout: Option<Spanned<String>>,
+    pub max_bodies_waiting: Option<Spanned<i64>>,
+    pub max_waiting_body_bytes: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,0 +1,194 @@
+//! Admission of a request to a listener's work. A request first reads its body (whole for
+//! the APIs, the first `max_body_bytes` at a gateway) within `body_read_timeout`, in a
+//! bounded waiting room that drops the longest-waiting request when full; only then does it
+//! take one of the listener's `max_requests_in_flight` slots, or is refused at once (503,
+//! gRPC `RESOURCE_EXHAUSTED`). A client that opens streams and never finishes their bodies
+//! therefore holds no slot, and cannot lock newer requests out of the waiting room either.
+//! Every refusal is counted per listener ([`DoorHealth`]), which readiness and the status
+//! page report.
+
+mod body;
+mod health;
+mod waiting;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use sluice_config::ListenerLimits;
+use tokio::sync::Semaphore;
+use tower::{BoxError, Layer, Service, ServiceExt as _};
+
+pub(crate) use body::{Buffering, Rebody};
+pub(crate) use health::{DoorHealth, Doors, ListenerReport};
+use waiting::Waiting;
+
+/// How a listener's refusals are spelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Door {
+    /// HTTP answers (mapped to responses by [`crate::listener::protect`]).
+    Http,
+    /// gRPC statuses.
+    Grpc,
+}
+
+/// Why a request was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// Every in-flight slot is taken.
+    #[error("too many requests in flight on this listener; retry shortly")]
+    Busy,
+    /// The waiting room was full and this request had waited longest for its body.
+    #[error("the request body was still arriving when the listener needed room for newer requests")]
+    Evicted,
+    /// The body did not arrive within `body_read_timeout`.
+    #[error("the request body did not arrive within {0} ms")]
+    BodyTimeout(u128),
+    /// The body is larger than `max_body_bytes`.
+    #[error("the request body is larger than {0} bytes")]
+    TooLarge(usize),
+    /// The client broke off the body.
+    #[error("the request body could not be read")]
+    BodyError,
+}
+
+impl Refusal {
+    fn status(self) -> tonic::Status {
+        match self {
+            Self::Busy => tonic::Status::resource_exhausted(self.to_string()),
+            Self::TooLarge(_) => tonic::Status::resource_exhausted(self.to_string()),
+            Self::Evicted | Self::BodyTimeout(_) | Self::BodyError => {
+                tonic::Status::cancelled(self.to_string())
+            }
+        }
+    }
+}
+
+/// The admission layer of one listener. Clones share the slots, the waiting room and the
+/// health record (a gateway's workers share one).
+#[derive(Clone, Debug)]
+pub(crate) struct Admission {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    door: Door,
+    slots: Arc<Semaphore>,
+    waiting: Arc<Waiting>,
+    body_timeout: Duration,
+    buffering: Buffering,
+    health: Arc<DoorHealth>,
+}
+
+impl Admission {
+    /// The admission of a listener under `limits`, recorded in `doors` as `listener`.
+    pub(crate) fn new(
+        listener: &'static str,
+        door: Door,
+        buffering: Buffering,
+        limits: &ListenerLimits,
+        doors: &Doors,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                door,
+                slots: Arc::new(Semaphore::new(
+                    limits.max_requests_in_flight.min(Semaphore::MAX_PERMITS),
+                )),
+                waiting: Arc::new(Waiting::new(
+                    limits.max_bodies_waiting,
+                    limits.max_waiting_body_bytes,
+                )),
+                body_timeout: limits.body_read_timeout,
+                buffering,
+                health: doors.register(listener),
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for Admission {
+    type Service = Admitted<S>;
+
+    fn layer(&self, inner: S) -> Admitted<S> {
+        Admitted {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// A service behind its listener's admission.
+#[derive(Clone, Debug)]
+pub(crate) struct Admitted<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl Shared {
+    fn refuse(&self, refusal: Refusal) -> BoxError {
+        self.health.refused(refusal);
+        match self.door {
+            Door::Http => Box::new(refusal),
+            Door::Grpc => Box::new(refusal.status()),
+        }
+    }
+
+    async fn read<B>(&self, body: B) -> Result<B, Refusal>
+    where
+        B: Rebody,
+        B::Error: Into<BoxError>,
+    {
+        if body.is_end_stream() {
+            return Ok(body);
+        }
+        let (ticket, evicted) = self.waiting.enter();
+        let read = body::read(body, self.buffering, &ticket);
+        tokio::select! {
+            read = read => read,
+            () = evicted.wait() => Err(Refusal::Evicted),
+            () = tokio::time::sleep(self.body_timeout) => {
+                Err(Refusal::BodyTimeout(self.body_timeout.as_millis()))
+            }
+        }
+    }
+}
+
+impl<S, B, R> Service<Request<B>> for Admitted<S>
+where
+    S: Service<Request<B>, Response = Response<R>> + Clone + Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Future: Send,
+    B: Rebody,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<R>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<R>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Readiness is decided per request (a slot once the body is in), never by waiting.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (shared, inner) = (self.shared.clone(), self.inner.clone());
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let body = shared.read(body).await.map_err(|r| shared.refuse(r))?;
+            let Ok(slot) = shared.slots.clone().try_acquire_owned() else {
+                return Err(shared.refuse(Refusal::Busy));
+            };
+            let response = inner
+                .oneshot(Request::from_parts(parts, body))
+                .await
+                .map_err(Into::into);
+            drop(slot);
+            response
+        })
+    }
+}
