@@ -6,10 +6,16 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 
 use crate::access::Token;
+use crate::host_check::AllowedHosts;
 use crate::serve::Service;
 
-/// The admin endpoints; with a token, every one but the probes (`/healthz`, `/readyz`) needs it.
-pub(crate) fn admin_router(service: Arc<Service>, token: Option<Token>) -> axum::Router {
+/// The admin endpoints; with a token, every one but the probes (`/healthz`, `/readyz`) needs
+/// it; without one, they answer only to the hosts `hosts` allows (DNS rebinding).
+pub(crate) fn admin_router(
+    service: Arc<Service>,
+    token: Option<Token>,
+    hosts: AllowedHosts,
+) -> axum::Router {
     use axum::routing::get;
     let open = axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -46,7 +52,14 @@ pub(crate) fn admin_router(service: Arc<Service>, token: Option<Token>) -> axum:
             ),
         )
         .with_state(service.clone());
-    open.merge(with_token(admin_protected(service), token))
+    let protected = match token {
+        Some(token) => with_token(admin_protected(service), Some(token)),
+        None => admin_protected(service).layer(axum::middleware::from_fn_with_state(
+            hosts,
+            crate::host_check::require_known_host,
+        )),
+    };
+    open.merge(protected)
 }
 
 /// `router` behind a bearer token, when one is configured.

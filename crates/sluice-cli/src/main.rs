@@ -12,6 +12,8 @@ mod check;
 mod door_metrics;
 mod geo;
 mod guarded;
+mod host_check;
+mod key_mask;
 mod lifecycle;
 mod listener;
 mod reload;

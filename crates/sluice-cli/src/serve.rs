@@ -326,7 +326,11 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         store_is_memory,
         reload_lock: tokio::sync::Mutex::new(()),
         rules_text: parking_lot::Mutex::new(crate::check::render(&config)),
-        book: crate::status::Book::new(config_path.to_path_buf(), engine.load().now() / 1_000_000),
+        book: crate::status::Book::new(
+            config_path.to_path_buf(),
+            config.access.status_full_keys,
+            engine.load().now() / 1_000_000,
+        ),
         running: parking_lot::Mutex::new(config.clone()),
         rls_options: rls_options.clone(),
         gateways: parking_lot::Mutex::new(Vec::new()),
@@ -408,7 +412,11 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let admin = serve_http(
         admin_listener,
         protect(
-            admin_router(service.clone(), admin_token),
+            admin_router(
+                service.clone(),
+                admin_token,
+                crate::host_check::AllowedHosts::new(&config.access.admin_hosts),
+            ),
             &limits,
             Admission::new(
                 "admin",

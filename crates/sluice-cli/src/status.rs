@@ -37,6 +37,8 @@ pub(crate) struct ReloadOutcome {
 #[derive(Debug)]
 pub(crate) struct Book {
     config_file: PathBuf,
+    /// Show rule keys in full (`access.status_full_keys`); else see [`crate::key_mask`].
+    full_keys: bool,
     started_ms: u64,
     loaded_ms: Mutex<u64>,
     last_reload: Mutex<Option<ReloadOutcome>>,
@@ -106,9 +108,10 @@ fn per_second(before: &DecisionCounts, after: &DecisionCounts, secs: f64) -> Rat
 }
 
 impl Book {
-    pub(crate) fn new(config_file: PathBuf, now_ms: u64) -> Self {
+    pub(crate) fn new(config_file: PathBuf, full_keys: bool, now_ms: u64) -> Self {
         Self {
             config_file,
+            full_keys,
             started_ms: now_ms,
             loaded_ms: Mutex::new(now_ms),
             last_reload: Mutex::new(None),
@@ -141,7 +144,16 @@ impl Book {
 
     pub(crate) fn status(&self, engine: &Engine, doors: &Doors) -> Status {
         let now_ms = engine.now() / 1_000_000;
-        let status = engine.status(TOP_KEYS);
+        let mut status = engine.status(TOP_KEYS);
+        if !self.full_keys {
+            for key in status
+                .rules
+                .iter_mut()
+                .flat_map(|r| r.heavy_keys.iter_mut())
+            {
+                key.key = crate::key_mask::mask(&key.key);
+            }
+        }
         let history = self.history.lock();
         let rates = status
             .rules

@@ -201,7 +201,13 @@ descriptors:
 /// others one each. The heavy-hitters sketch samples one request in 8 at random: the chance
 /// that none of 200 is sampled is below 1e-11.
 fn serve_with_a_denied_key(name: &str) -> Serve {
-    let serve = Serve::start(name, "memory://", &[("edge.yaml", RULES)]);
+    // Keys in full: this test is about escaping them (masking is admin_exposure.rs's).
+    let serve = Serve::start_with(
+        name,
+        "memory://",
+        &[("edge.yaml", RULES)],
+        "access:\n  status_full_keys: true\n",
+    );
     // The rule's window is the wall clock's minute: a test that crossed into the next one
     // would see the key's count start over. Begin early in a minute.
     let into_minute = sluice_core::Clock::now(&sluice_core::SystemClock::new()) % 60_000_000_000;

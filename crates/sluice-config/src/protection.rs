@@ -84,6 +84,14 @@ pub struct Access {
     pub api_token_file: Option<PathBuf>,
     /// TLS on every listener (`tls_cert_file` and `tls_key_file`); plain TCP when unset.
     pub tls: Option<TlsFiles>,
+    /// Host names the admin listener answers to besides IP addresses and `localhost`
+    /// (`admin_hosts`, lower case, without port; `*` for any). Checked when no admin token is
+    /// set, so that a web page cannot read the admin endpoints through DNS rebinding.
+    pub admin_hosts: Vec<String>,
+    /// Whether the status page shows rule keys in full (`status_full_keys`, default false:
+    /// a value longer than 16 bytes that is not an IP address is shown as its first 6
+    /// characters and a fingerprint, as it may be an API key taken from a header).
+    pub status_full_keys: bool,
 }
 
 /// A certificate chain and its private key, PEM files, served by every listener.
@@ -227,9 +235,31 @@ pub(crate) fn parse_access(raw: &RawAccess, base: &Path) -> Result<Access, Locat
             ));
         }
     };
+    let mut admin_hosts = Vec::new();
+    for host in raw.admin_hosts.iter().flatten() {
+        let name = host.value.trim().to_ascii_lowercase();
+        let valid = name == "*"
+            || (!name.is_empty()
+                && name.len() <= 253
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'));
+        if !valid {
+            return Err(Located::at(
+                host,
+                format!(
+                    "access.admin_hosts: `{}` is not a host name; write a name such as `sluice.internal` (no port, no scheme), or `*` for any",
+                    host.value.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
+        admin_hosts.push(name);
+    }
     Ok(Access {
         admin_token_file: file("admin_token_file", raw.admin_token_file.as_ref())?,
         api_token_file: file("api_token_file", raw.api_token_file.as_ref())?,
         tls,
+        admin_hosts,
+        status_full_keys: raw.status_full_keys.unwrap_or(false),
     })
 }

@@ -121,6 +121,8 @@ pub(crate) struct RawAccess {
     pub api_token_file: Option<Spanned<String>>,
     pub tls_cert_file: Option<Spanned<String>>,
     pub tls_key_file: Option<Spanned<String>>,
+    pub admin_hosts: Option<Vec<Spanned<String>>>,
+    pub status_full_keys: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

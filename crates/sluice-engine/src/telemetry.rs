@@ -247,7 +247,19 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_requests_shed_total",
         Counter,
-        "Requests refused because a listener had too many in progress.",
+        "Requests a listener turned away (label listener: http, grpc, admin, gateway; reason: in_flight, every slot taken; waiting, dropped from a full waiting room while its body was still arriving).",
+        PLAIN,
+    ),
+    family(
+        "sluice_request_body_timeouts_total",
+        Counter,
+        "Requests whose body did not arrive within listeners.body_read_timeout (label listener).",
+        PLAIN,
+    ),
+    family(
+        "sluice_admin_host_refused_total",
+        Counter,
+        "Admin requests refused because their Host was not an address, localhost or a name in access.admin_hosts.",
         PLAIN,
     ),
     family(
