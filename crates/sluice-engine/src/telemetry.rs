@@ -93,6 +93,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         PLAIN,
     ),
     family(
+        "sluice_admin_host_refused_total",
+        Counter,
+        "Admin requests refused because their Host was not an address, localhost or a name in access.admin_hosts.",
+        PLAIN,
+    ),
+    family(
         "sluice_blocked_keys",
         Gauge,
         "Keys of a rule blocked because the store reported them over their limit (a synced rule's flush, or a store decision: exact mode, a synced rule's small limit), at the last flush (label rule).",
@@ -245,21 +251,15 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         &[&[("result", "ok")], &[("result", "error")]],
     ),
     family(
-        "sluice_requests_shed_total",
-        Counter,
-        "Requests a listener turned away (label listener: http, grpc, admin, gateway; reason: in_flight, every slot taken; waiting, dropped from a full waiting room while its body was still arriving).",
-        PLAIN,
-    ),
-    family(
         "sluice_request_body_timeouts_total",
         Counter,
         "Requests whose body did not arrive within listeners.body_read_timeout (label listener).",
         PLAIN,
     ),
     family(
-        "sluice_admin_host_refused_total",
+        "sluice_requests_shed_total",
         Counter,
-        "Admin requests refused because their Host was not an address, localhost or a name in access.admin_hosts.",
+        "Requests a listener turned away (label listener: http, grpc, admin, gateway; reason: in_flight, every slot taken; waiting, dropped from a full waiting room while its body was still arriving).",
         PLAIN,
     ),
     family(
