@@ -82,6 +82,7 @@ fn harness() -> &'static Harness {
                 trusted_hops: 1,
                 refund_upstream_failures: true,
                 geo: None,
+                path_matching: Default::default(),
             },
         );
         let seen_path = Arc::new(Mutex::new(String::new()));
@@ -128,16 +129,24 @@ fuzz_target!(|input: Input| {
     if let Ok(path) = normalize_path(request.uri().path()) {
         assert_normalized(&path);
         let client = sluice_http::client_address(request.headers(), Some(peer), 1);
+        let route_path = sluice_http::RoutePath::new(&path, Default::default());
+        let canonical = route_path
+            .as_ref()
+            .map_or(Default::default(), |p| p.canonical());
         let parts = RequestParts {
             method: request.method(),
-            path: &path,
+            path: &canonical,
             query: request.uri().query(),
             headers: request.headers(),
             client,
             geo: None,
+            head_as_get: true,
         };
         for route in &harness.routes {
-            if sluice_http::route_matches(&route.matcher, request.method(), &path) {
+            if route_path
+                .as_ref()
+                .is_ok_and(|p| sluice_http::route_matches(&route.matcher, request.method(), p))
+            {
                 for descriptor in descriptors(route, &parts) {
                     for (_, value) in descriptor {
                         assert!(value.len() <= sluice_http::MAX_VALUE_LEN, "{}", value.len());

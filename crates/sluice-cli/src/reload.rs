@@ -119,6 +119,20 @@ fn gateway_changes(old: &Gateway, new: &Gateway) -> Vec<&'static str> {
         "refund_upstream_failures",
     );
     diff(old.trusted_hops != new.trusted_hops, "trusted_hops");
+    let (was, is) = (old.path_matching, new.path_matching);
+    diff(
+        was.case_sensitive != is.case_sensitive,
+        "case_sensitive_paths",
+    );
+    diff(
+        was.strict_trailing_slash != is.strict_trailing_slash,
+        "strict_trailing_slash",
+    );
+    diff(
+        was.strict_path_parameters != is.strict_path_parameters,
+        "strict_path_parameters",
+    );
+    diff(was.strict_head != is.strict_head, "strict_head");
     fields
 }
 

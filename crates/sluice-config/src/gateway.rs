@@ -49,6 +49,23 @@ pub struct HeaderMatcher {
     pub invert: bool,
 }
 
+/// How loosely a request path is compared with the routes. Every field defaults to `false`,
+/// the secure side: the spellings that common upstreams (Express, Rails, Spring, Tomcat, IIS)
+/// serve as one resource match one route. Each field, set, keeps a distinction for upstreams
+/// that really serve the two spellings as different resources.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathMatching {
+    /// `case_sensitive_paths`: `/LOGIN` no longer matches a `/login` route.
+    pub case_sensitive: bool,
+    /// `strict_trailing_slash`: `/login/` no longer matches a `/login` route.
+    pub strict_trailing_slash: bool,
+    /// `strict_path_parameters`: `/login;jsessionid=1` no longer matches a `/login` route
+    /// (the `;` part of each segment is otherwise ignored when routes match).
+    pub strict_path_parameters: bool,
+    /// `strict_head`: a `HEAD` request no longer matches a route that says `method: GET`.
+    pub strict_head: bool,
+}
+
 /// An Envoy-style action: builds one entry of a descriptor from a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -193,14 +210,20 @@ pub struct Gateway {
     /// Threads serving it, each with its own listening socket (`SO_REUSEPORT`) and upstream
     /// connections (`workers`; `None`: one per CPU).
     pub workers: Option<std::num::NonZeroUsize>,
-    /// Give a request's cost back when the gateway itself answers 502 or 504 (the upstream
-    /// refused the connection or did not answer in time): `refund_upstream_failures`, default
-    /// `false` (a request let through is counted, whatever the upstream does).
+    /// Give a request's cost back when the gateway could not open a connection to the
+    /// upstream, so the request was never sent (a 502 of the gateway's own):
+    /// `refund_upstream_failures`, default `false` (a request let through is counted, whatever
+    /// the upstream does). A timeout (504), a connection lost after the request was sent, or
+    /// any answer of the upstream is never refunded: the upstream may have done the work.
     pub refund_upstream_failures: bool,
     /// How many `X-Forwarded-For` entries were added by trusted proxies in front of the
     /// gateway (`trusted_hops`, default 0: the peer is the client). The client address the
     /// address actions use is that many hops back.
     pub trusted_hops: usize,
+    /// How request paths are compared with the routes (`case_sensitive_paths`,
+    /// `strict_trailing_slash`, `strict_path_parameters`, `strict_head`; all `false` by
+    /// default).
+    pub path_matching: PathMatching,
 }
 
 fn mask_len(
@@ -513,6 +536,12 @@ pub(crate) fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway,
             })
             .transpose()?,
         refund_upstream_failures: raw.refund_upstream_failures.unwrap_or(false),
+        path_matching: PathMatching {
+            case_sensitive: raw.case_sensitive_paths.unwrap_or(false),
+            strict_trailing_slash: raw.strict_trailing_slash.unwrap_or(false),
+            strict_path_parameters: raw.strict_path_parameters.unwrap_or(false),
+            strict_head: raw.strict_head.unwrap_or(false),
+        },
         trusted_hops: match &raw.trusted_hops {
             None => 0,
             Some(n) => usize::try_from(n.value)

@@ -47,7 +47,8 @@ mod wildcard;
 pub use error::{ConfigError, describe_yaml_error, suggestion};
 pub use exact_calls::ExactCalls;
 pub use gateway::{
-    Action, Gateway, GeoField, HeaderMatch, HeaderMatcher, MAX_TRUSTED_HOPS, Route, RouteMatch,
+    Action, Gateway, GeoField, HeaderMatch, HeaderMatcher, MAX_TRUSTED_HOPS, PathMatching, Route,
+    RouteMatch,
 };
 pub use geoip::{DEFAULT_GEOIP_CHECK_EVERY, GeoIpConfig, MAX_GEOIP_DATABASES};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT, Lifecycle};

@@ -168,6 +168,10 @@ pub(crate) struct RawGateway {
     pub workers: Option<Spanned<i64>>,
     pub refund_upstream_failures: Option<bool>,
     pub trusted_hops: Option<Spanned<i64>>,
+    pub case_sensitive_paths: Option<bool>,
+    pub strict_trailing_slash: Option<bool>,
+    pub strict_path_parameters: Option<bool>,
+    pub strict_head: Option<bool>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }

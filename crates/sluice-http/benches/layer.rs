@@ -69,6 +69,7 @@ fn main() {
                 trusted_hops: 0,
                 refund_upstream_failures: false,
                 geo: None,
+                path_matching: Default::default(),
             },
         );
         let inner = tower::service_fn(|_r: Request<()>| async {

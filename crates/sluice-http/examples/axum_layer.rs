@@ -48,6 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             trusted_hops: 0,
             refund_upstream_failures: false,
             geo: None,
+            path_matching: Default::default(),
         },
     );
     let app = axum::Router::new()

@@ -85,6 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             trusted_hops: 1,
             refund_upstream_failures: false,
             geo: Some(geo.clone()),
+            path_matching: Default::default(),
         },
     );
     let inner = tower::service_fn(|_req: http::Request<String>| async {

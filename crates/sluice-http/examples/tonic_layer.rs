@@ -46,6 +46,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             trusted_hops: 0,
             refund_upstream_failures: false,
             geo: None,
+            path_matching: Default::default(),
         },
     );
     println!("gRPC on 127.0.0.1:50051");

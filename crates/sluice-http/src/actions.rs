@@ -4,8 +4,9 @@ use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use http::{HeaderMap, Method};
-use sluice_config::{Action, GeoField, HeaderMatch, HeaderMatcher, Route, RouteMatch};
+use sluice_config::{Action, GeoField, HeaderMatch, HeaderMatcher, Route};
 
+use crate::client_ip::canonical_ip;
 use crate::value::{descriptor_value, query_value};
 
 /// What the actions read from a request.
@@ -13,14 +14,19 @@ use crate::value::{descriptor_value, query_value};
 pub struct RequestParts<'a> {
     /// Method.
     pub method: &'a Method,
-    /// Path, without the query, normalized (see [`crate::normalize_path`]).
+    /// The path as routes see it: normalized (see [`crate::normalize_path`]), then in its
+    /// canonical spelling ([`crate::RoutePath::canonical`]); the `path` action's value on a
+    /// route without a template.
     pub path: &'a str,
     /// Query string, without `?`.
     pub query: Option<&'a str>,
     /// Headers.
     pub headers: &'a HeaderMap,
-    /// The client address, after trusted `X-Forwarded-For` hops.
+    /// The client address, after trusted `X-Forwarded-For` hops ([`crate::client_address`];
+    /// an IPv4-mapped address is read as IPv4 whoever built these parts).
     pub client: Option<IpAddr>,
+    /// Whether `HEAD` counts as `GET` (the `method` action's value; not with `strict_head`).
+    pub head_as_get: bool,
     /// The databases the `country` and `asn` actions read (none: those actions skip their
     /// descriptor).
     pub geo: Option<&'a crate::GeoIp>,
@@ -30,45 +36,8 @@ pub struct RequestParts<'a> {
 /// (no allocation for header values, constants or the method).
 pub type Descriptor<'a> = Vec<(&'a str, Cow<'a, str>)>;
 
-/// Whether `route` takes the request, and the path template it matched, if any.
-pub fn route_matches(m: &RouteMatch, method: &Method, path: &str) -> bool {
-    if let Some(want) = &m.method
-        && want != method.as_str()
-    {
-        return false;
-    }
-    if let Some(p) = &m.path {
-        return path == p;
-    }
-    if let Some(prefix) = &m.path_prefix {
-        return path.starts_with(prefix.as_str());
-    }
-    if let Some(template) = &m.path_template {
-        return template_matches(template, path);
-    }
-    true
-}
-
-/// `/users/{id}` matches `/users/42`, not `/users/42/x` nor `/users/`.
-fn template_matches(template: &str, path: &str) -> bool {
-    let mut t = template.split('/');
-    let mut p = path.split('/');
-    loop {
-        match (t.next(), p.next()) {
-            (None, None) => return true,
-            (Some(ts), Some(ps)) => {
-                let is_param = ts.starts_with('{') && ts.ends_with('}');
-                if (is_param && ps.is_empty()) || (!is_param && ts != ps) {
-                    return false;
-                }
-            }
-            _ => return false,
-        }
-    }
-}
-
 fn mask(ip: IpAddr, v4: u8, v6: u8) -> String {
-    match ip {
+    match canonical_ip(ip) {
         IpAddr::V4(a) => {
             let bits = u32::from(a);
             let m = if v4 == 0 {
@@ -107,11 +76,22 @@ fn header_holds(headers: &HeaderMap, matcher: &HeaderMatcher) -> bool {
     holds != matcher.invert
 }
 
-fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?.split('&').find_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (k == name || (k.contains(['%', '+']) && query_value(k) == name)).then_some(v)
-    })
+/// The values of every `name` parameter in `query`, names compared decoded (`%6Bey` is `key`).
+pub(crate) fn query_params<'a>(
+    query: Option<&'a str>,
+    name: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(move |pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k == name || (k.contains(['%', '+']) && query_value(k) == name)).then_some(v)
+        })
+}
+
+fn query_param<'a>(query: Option<&'a str>, name: &'a str) -> Option<&'a str> {
+    query_params(query, name).next()
 }
 
 /// Builds the descriptors of `route` for a request, with Envoy's rule: when an action cannot
@@ -137,9 +117,10 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
                         None if *skip_if_absent => {}
                         None => return None,
                     },
-                    Action::RemoteAddress => {
-                        entries.push(("remote_address", Cow::Owned(req.client?.to_string())))
-                    }
+                    Action::RemoteAddress => entries.push((
+                        "remote_address",
+                        Cow::Owned(canonical_ip(req.client?).to_string()),
+                    )),
                     Action::MaskedRemoteAddress {
                         v4_prefix_len,
                         v6_prefix_len,
@@ -183,7 +164,12 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
                         None => return None,
                     },
                     Action::Method { descriptor_key } => {
-                        entries.push((descriptor_key.as_str(), Cow::Borrowed(req.method.as_str())))
+                        let method = if req.head_as_get && *req.method == Method::HEAD {
+                            Method::GET.as_str()
+                        } else {
+                            req.method.as_str()
+                        };
+                        entries.push((descriptor_key.as_str(), Cow::Borrowed(method)))
                     }
                     Action::Path { descriptor_key } => {
                         entries.push((
@@ -196,7 +182,7 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
                         descriptor_key,
                         default_value,
                     } => {
-                        let (ip, geo) = (req.client?, req.geo?);
+                        let (ip, geo) = (canonical_ip(req.client?), req.geo?);
                         let found = match field {
                             GeoField::Country => geo.country(ip),
                             GeoField::Asn => geo.asn(ip).map(|n| n.to_string()),
@@ -210,31 +196,6 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
             (!entries.is_empty()).then_some(entries)
         })
         .collect()
-}
-
-/// The client address: the peer, or with `trusted_hops` > 0 the address that many hops back
-/// in `X-Forwarded-For` (the right-most entries were added by our own trusted proxies). A
-/// malformed or too short header falls back to the peer.
-pub fn client_address(
-    headers: &HeaderMap,
-    peer: Option<IpAddr>,
-    trusted_hops: usize,
-) -> Option<IpAddr> {
-    if trusted_hops == 0 {
-        return peer;
-    }
-    let xff: Vec<&str> = headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .collect();
-    xff.len()
-        .checked_sub(trusted_hops)
-        .and_then(|i| xff.get(i))
-        .and_then(|s| s.parse().ok())
-        .or(peer)
 }
 
 #[cfg(test)]
@@ -252,32 +213,10 @@ mod tests {
             "2001:db8:1:2::/64"
         );
         assert_eq!(mask("10.1.2.3".parse().unwrap(), 0, 0), "0.0.0.0/0");
-    }
-
-    #[test]
-    fn templates_match_whole_segments() {
-        assert!(template_matches("/users/{id}", "/users/42"));
-        assert!(!template_matches("/users/{id}", "/users/"));
-        assert!(!template_matches("/users/{id}", "/users/42/posts"));
-        assert!(template_matches("/users/{id}/posts", "/users/7/posts"));
-    }
-
-    #[test]
-    fn forwarded_for_hops() {
-        let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", "203.0.113.9, 10.0.0.2".parse().unwrap());
-        let peer = Some("10.0.0.3".parse().unwrap());
-        assert_eq!(client_address(&h, peer, 0), peer);
         assert_eq!(
-            client_address(&h, peer, 1),
-            Some("10.0.0.2".parse().unwrap())
+            mask("::ffff:192.168.17.5".parse().unwrap(), 24, 64),
+            "192.168.17.0/24",
+            "an IPv4-mapped address is IPv4"
         );
-        assert_eq!(
-            client_address(&h, peer, 2),
-            Some("203.0.113.9".parse().unwrap())
-        );
-        assert_eq!(client_address(&h, peer, 5), peer, "too few hops: the peer");
-        h.insert("x-forwarded-for", "not an address".parse().unwrap());
-        assert_eq!(client_address(&h, peer, 1), peer, "malformed: the peer");
     }
 }

@@ -17,6 +17,7 @@ use sluice_config::Gateway;
 use sluice_engine::Engine;
 
 use crate::GeoIp;
+use crate::client_ip::canonical_ip;
 use crate::layer::{LimitPolicy, RateLimitLayer, UpstreamFailed};
 
 /// Headers that describe one connection, not the request: never forwarded (RFC 9110 7.6.1).
@@ -85,16 +86,21 @@ async fn proxy(
     *req.version_mut() = http::Version::HTTP_11;
     let headers = req.headers_mut();
     strip_hop_by_hop(headers);
-    // X-Forwarded-For: append the peer; Forwarded (RFC 7239) likewise.
-    let ip = peer.ip().to_string();
-    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip.clone(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    // X-Forwarded-For: append the peer (canonical: an IPv4 client on a dual-stack socket is
+    // its IPv4 address for the upstream too), to every line the client sent, joined as bytes;
+    // Forwarded (RFC 7239) likewise.
+    let peer_ip = canonical_ip(peer.ip());
+    let ip = peer_ip.to_string();
+    let mut xff: Vec<u8> = Vec::new();
+    for prev in headers.get_all(&X_FORWARDED_FOR) {
+        xff.extend_from_slice(prev.as_bytes());
+        xff.extend_from_slice(b", ");
+    }
+    xff.extend_from_slice(ip.as_bytes());
+    if let Ok(v) = HeaderValue::from_bytes(&xff) {
         headers.insert(X_FORWARDED_FOR, v);
     }
-    let node = if peer.is_ipv6() {
+    let node = if peer_ip.is_ipv6() {
         format!("\"[{ip}]\"")
     } else {
         ip
@@ -104,13 +110,20 @@ async fn proxy(
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     match tokio::time::timeout(up.timeout, up.client.request(req)).await {
-        Err(_) => failed(
+        // The request may be at the upstream, working (a slow body, a slow handler): counted.
+        Err(_) => error(
             StatusCode::GATEWAY_TIMEOUT,
             "the upstream did not answer in time",
         ),
+        // No connection could be opened: the request was never sent, the only refundable case.
+        Ok(Err(e)) if e.is_connect() => {
+            tracing::warn!(upstream = %up.authority, error = %e, "upstream connection failed");
+            never_sent(StatusCode::BAD_GATEWAY, "the upstream is unreachable")
+        }
+        // Lost after sending (a reset, a closed connection): the upstream may have done it.
         Ok(Err(e)) => {
             tracing::warn!(upstream = %up.authority, error = %e, "upstream request failed");
-            failed(StatusCode::BAD_GATEWAY, "the upstream is unreachable")
+            error(StatusCode::BAD_GATEWAY, "the upstream failed to answer")
         }
         Ok(Ok(response)) => {
             let (mut parts, body) = response.into_parts();
@@ -120,8 +133,9 @@ async fn proxy(
     }
 }
 
-/// The gateway's own answer when the upstream failed, marked for the layer's refund.
-fn failed(status: StatusCode, message: &str) -> Response {
+/// The gateway's own answer for a request the upstream never received, marked for the
+/// layer's refund.
+fn never_sent(status: StatusCode, message: &str) -> Response {
     let mut response = error(status, message);
     response.extensions_mut().insert(UpstreamFailed);
     response
@@ -191,12 +205,14 @@ fn policy_of(gateway: &Gateway, geo: Option<Arc<GeoIp>>) -> LimitPolicy {
         trusted_hops: gateway.trusted_hops,
         refund_upstream_failures: gateway.refund_upstream_failures,
         geo,
+        path_matching: gateway.path_matching,
     }
 }
 
 /// The gateway's router: rate limiting in front of a streaming reverse proxy to
 /// `gateway.upstream`. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`.
-/// An upstream that is down gives 502 (504 on timeout), never 429. `geo` serves the routes'
+/// An upstream that is down gives 502 (504 on timeout), never 429; only a 502 for a connection
+/// that could not be opened is refunded (with `refund_upstream_failures`). `geo` serves the routes'
 /// `country` and `asn` actions.
 ///
 /// # Errors

@@ -10,12 +10,15 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use http::{Request, Response, StatusCode};
 use http_body_util::{Either, Full};
-use sluice_config::{HeaderStyle, Route};
+use sluice_config::{HeaderStyle, PathMatching, Route};
 use sluice_engine::Engine;
 
-use crate::actions::{RequestParts, client_address, descriptors, route_matches};
+use crate::actions::{RequestParts, descriptors};
+use crate::client_ip::client_address;
 use crate::headers::{add_rate_limit_headers, rate_limit_fields, retry_after_secs};
 use crate::path::normalize_path;
+use crate::route::{RoutePath, find_route};
+use crate::single_value::check_single_inputs;
 
 /// How a gateway or service limits: the domain its rules live in, its routes (first match
 /// wins; each builds descriptors and has a cost), the header style, and how many
@@ -31,16 +34,25 @@ pub struct LimitPolicy {
     /// Trusted proxies in front of this one (0: the peer address is the client).
     pub trusted_hops: usize,
     /// Give the cost back when the inner service's response carries [`UpstreamFailed`] (the
-    /// gateway marks its own 502 and 504 so): the request did no work upstream.
+    /// gateway marks its own 502 when it could not connect to the upstream, so the request was
+    /// never sent): the request provably did no work upstream.
     pub refund_upstream_failures: bool,
     /// The databases of the `country` and `asn` actions ([`crate::GeoIp`]); without them those
     /// actions skip their descriptor.
     pub geo: Option<Arc<crate::GeoIp>>,
+    /// How request paths are compared with the routes; the default (every field `false`)
+    /// matches each spelling an upstream serves as one resource (`/login/`, `/LOGIN`,
+    /// `/login;jsessionid=1`, `HEAD` on a `GET` route) to the one route.
+    pub path_matching: PathMatching,
 }
 
-/// A response extension saying the request never reached a working upstream (connection
-/// refused, no answer in time): with [`LimitPolicy::refund_upstream_failures`] the layer gives
-/// the request's cost back. The gateway sets it on its own 502 and 504; any inner service may.
+/// A response extension saying the request provably did no work upstream: it was never
+/// sent (the connection to the upstream could not be opened). With
+/// [`LimitPolicy::refund_upstream_failures`] the layer gives the request's cost back. The
+/// gateway sets it only on its own 502 for a failed connection, never on a timeout, a
+/// connection lost after sending, or any answer of the upstream (those may have done the work,
+/// and a client that slows its own request down could make them at will). An inner service
+/// should set it under the same condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UpstreamFailed;
 
@@ -101,6 +113,7 @@ pub struct RateLimit<S> {
 }
 
 /// The peer address, from axum's `ConnectInfo` or a plain `SocketAddr` extension.
+/// Canonical (an IPv4-mapped address is IPv4) in [`client_address`].
 fn peer<B>(req: &Request<B>) -> Option<IpAddr> {
     req.extensions()
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
@@ -142,20 +155,27 @@ where
                     None => return Ok(bad_request("invalid request target")),
                 },
             }
-            let route = policy
-                .routes
-                .iter()
-                .find(|r| route_matches(&r.matcher, req.method(), req.uri().path()));
-            let Some(route) = route else {
+            let matching = policy.path_matching;
+            let route_path = match RoutePath::new(req.uri().path(), matching) {
+                Ok(p) => p,
+                Err(e) => return Ok(bad_request(&e.to_string())),
+            };
+            let Some(route) = find_route(&policy.routes, req.method(), &route_path) else {
                 return inner.call(req).await.map(|r| r.map(Either::Left));
             };
+            // The upstream must not read an input copy the limiter did not count.
+            if let Err(e) = check_single_inputs(route, req.headers(), req.uri().query()) {
+                return Ok(bad_request(&e.to_string()));
+            }
+            let canonical = route_path.canonical();
             let parts = RequestParts {
                 method: req.method(),
-                path: req.uri().path(),
+                path: &canonical,
                 query: req.uri().query(),
                 headers: req.headers(),
                 client: client_address(req.headers(), peer(&req), policy.trusted_hops),
                 geo: policy.geo.as_deref(),
+                head_as_get: !matching.strict_head,
             };
             let built = descriptors(route, &parts);
             if built.is_empty() {

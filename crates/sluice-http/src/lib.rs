@@ -5,17 +5,23 @@
 //! It works in an axum router, a tonic server, or any hyper service.
 
 mod actions;
+mod client_ip;
 mod gateway;
 mod geo;
 mod headers;
 mod layer;
 mod path;
+mod route;
+mod single_value;
 mod value;
 
-pub use actions::{Descriptor, RequestParts, client_address, descriptors, route_matches};
+pub use actions::{Descriptor, RequestParts, descriptors};
+pub use client_ip::{canonical_ip, client_address};
 pub use gateway::{GatewayHandle, gateway_router, reloadable_gateway};
 pub use geo::{GeoError, GeoIp, MAX_DATABASE_BYTES};
 pub use headers::{RateLimitFields, add_rate_limit_headers, rate_limit_fields, retry_after_secs};
 pub use layer::{LimitPolicy, RateLimit, RateLimitLayer, UpstreamFailed};
 pub use path::{InvalidPath, normalize_path};
+pub use route::{RoutePath, find_route, route_matches};
+pub use single_value::{AmbiguousInput, check_single_inputs};
 pub use value::{MAX_VALUE_LEN, descriptor_value, query_value};

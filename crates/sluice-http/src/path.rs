@@ -17,16 +17,30 @@ pub enum InvalidPath {
     /// Not an origin-form path (`/...`): `*` (`OPTIONS *`) or an authority (`CONNECT`).
     #[error("the request target is not a path starting with `/`")]
     NotOriginForm,
+    /// A `.` or `..` segment with `;` parameters (`/x/..;/login`): an upstream that strips
+    /// parameters (Tomcat) resolves it, one that does not keeps it, so no route can be sure.
+    #[error("the request path has a dot segment with `;` parameters (`..;`)")]
+    DotSegmentWithParameters,
+    /// A backslash: not a URI character, and IIS reads it as `/`.
+    #[error("the request path has a backslash at byte {at}")]
+    Backslash {
+        /// Byte offset of the backslash.
+        at: usize,
+    },
 }
 
 /// Normalizes an origin-form path (RFC 3986 section 6.2.2): percent-escapes of unreserved
 /// characters (`A-Z a-z 0-9 - . _ ~`) are decoded and the others' hex digits upper-cased,
 /// runs of `/` become one, and `.` and `..` segments are resolved (never above the root).
 /// Reserved escapes such as `%2F` stay as they are: they are data, not separators. A target
-/// that does not start with `/` (`*`, an authority) is [`InvalidPath::NotOriginForm`].
+/// that does not start with `/` (`*`, an authority) is [`InvalidPath::NotOriginForm`]; one
+/// with a backslash (IIS reads it as `/`) is [`InvalidPath::Backslash`].
 pub fn normalize_path(path: &str) -> Result<Cow<'_, str>, InvalidPath> {
     if !path.starts_with('/') {
         return Err(InvalidPath::NotOriginForm);
+    }
+    if let Some(at) = path.find('\\') {
+        return Err(InvalidPath::Backslash { at });
     }
     if is_normal(path) {
         return Ok(Cow::Borrowed(path));
@@ -164,6 +178,10 @@ mod tests {
         assert_eq!(
             normalize_path("/%"),
             Err(InvalidPath::MalformedEscape { at: 1 })
+        );
+        assert_eq!(
+            normalize_path("/x\\..\\login"),
+            Err(InvalidPath::Backslash { at: 2 })
         );
     }
 }

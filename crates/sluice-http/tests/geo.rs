@@ -146,6 +146,7 @@ gateways:
             headers: &headers,
             client,
             geo,
+            head_as_get: true,
         };
         descriptors(route, &parts)
             .iter()

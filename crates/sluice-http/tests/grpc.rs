@@ -53,6 +53,7 @@ async fn grpc_calls_over_the_limit_get_resource_exhausted() {
             trusted_hops: 0,
             refund_upstream_failures: false,
             geo: None,
+            path_matching: Default::default(),
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

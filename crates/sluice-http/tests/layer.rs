@@ -90,6 +90,7 @@ impl Harness {
                 trusted_hops,
                 refund_upstream_failures: false,
                 geo: None,
+                path_matching: Default::default(),
             },
         );
         let inner = tower::service_fn(|_req: Request<String>| async {
@@ -341,6 +342,7 @@ async fn the_inner_service_sees_the_normalized_path() {
             trusted_hops: 0,
             refund_upstream_failures: false,
             geo: None,
+            path_matching: Default::default(),
         },
     );
     let inner = tower::service_fn(|req: Request<String>| async move {
