@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hostile-load figures (docs/RELIABILITY.md), each door against a fresh `sluice serve`:
 #  1. key spray: KEYS distinct values (default 10,000,000) of one rule through each front door
-#     (gRPC, /json, /v1/acquire/batch, gateway); resident memory before and after (VmRSS) and
+#     (gRPC, /json, /v1/acquire/batch, gateway; `adhoc`, in DOORS only when named: acquires
+#     with an ad-hoc limit over 1,000 shapes); resident memory before and after (VmRSS) and
 #     its peak (VmHWM); then a rule that was not sprayed must still allow exactly 5 of 6.
 #  2. slow clients: CONNS (default 2,000) connections trickling request heads or idle against
 #     the HTTP API; p99 of a well-behaved client and of admin /healthz, alone and under attack.
@@ -81,6 +82,8 @@ start() {
   echo "sluice serve did not start" >&2; exit 1
 }
 addr() { case $1 in grpc) echo 127.0.0.1:18411;; gateway) echo 127.0.0.1:18413;; *) echo 127.0.0.1:18410;; esac; }
+# Keys the ad-hoc limits keep (gauge sluice_adhoc_keys), after an adhoc spray.
+adhoc_keys() { curl -sf 127.0.0.1:18412/metrics | awk '$1 == "sluice_adhoc_keys" { print $2 }'; }
 
 echo "# key spray: $KEYS keys per door, values padded to ${PAD:-0} bytes, store ${STORE:-memory}"
 for door in $DOORS; do
@@ -91,6 +94,7 @@ for door in $DOORS; do
   after=$(kib $PID VmRSS); peak=$(kib $PID VmHWM)
   [ -n "${STORE:-}" ] && echo "$door: store calls before the spray: ${calls_before:-none}; after: $(calls)"
   "$LOAD" probe "$door" "$(addr "$door")" || true
+  [ "$door" = adhoc ] && echo "adhoc: keys kept $(adhoc_keys)"
   echo "$door: RSS $((before / 1024)) MiB at start, $((after / 1024)) MiB after the spray, peak $((peak / 1024)) MiB"
   kill $PID; wait $PID 2>/dev/null || true
 done

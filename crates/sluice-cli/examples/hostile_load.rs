@@ -4,7 +4,8 @@
 //! - `spray DOOR ADDR KEYS`: sends KEYS distinct values of descriptor `victim` (padded to `PAD`
 //!   bytes when that is set) through one
 //!   front door (`grpc` and `json`: 64 descriptors per request; `batch`: 1,000 acquires per
-//!   request; `gateway`: one `x-victim` header per request), 16 connections at once.
+//!   request; `adhoc`: 1,000 acquires per request, each with an ad-hoc `limit` of one of 1,000
+//!   shapes; `gateway`: one `x-victim` header per request), 16 connections at once.
 //! - `probe DOOR ADDR`: six requests for one fresh `user` of a rule allowing 5 per minute, which
 //!   no spray touches: prints `probe ok` when exactly the first five are allowed.
 //! - `upstream ADDR`: a minimal upstream for the gateway (200 `ok`).
@@ -139,12 +140,26 @@ fn batch_body(values: impl Iterator<Item = u64>) -> String {
     format!(r#"{{"requests":[{}]}}"#, requests.join(","))
 }
 
+/// Acquires of ad-hoc limits, a key each, over 1,000 shapes (1 to 1,000 an hour).
+fn adhoc_body(values: impl Iterator<Item = u64>) -> String {
+    let requests: Vec<String> = values
+        .map(|i| {
+            format!(
+                r#"{{"user":"{}","item":"reports","limit":{{"requests":{},"window":"1h"}}}}"#,
+                padded(i),
+                1 + i % 1000
+            )
+        })
+        .collect();
+    format!(r#"{{"requests":[{}]}}"#, requests.join(","))
+}
+
 async fn spray(door: &str, addr: SocketAddr, keys: u64) {
     let per_request = match door {
         "grpc" | "json" => 64,
-        "batch" => 1000,
+        "batch" | "adhoc" => 1000,
         "gateway" => 1,
-        other => panic!("unknown door {other}; use grpc, json, batch or gateway"),
+        other => panic!("unknown door {other}; use grpc, json, batch, adhoc or gateway"),
     };
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -176,6 +191,9 @@ async fn spray(door: &str, addr: SocketAddr, keys: u64) {
                     ),
                     ("batch", _, Some(h)) => {
                         send(h, "POST", "/v1/acquire/batch", &[], batch_body(range)).await == 200
+                    }
+                    ("adhoc", _, Some(h)) => {
+                        send(h, "POST", "/v1/acquire/batch", &[], adhoc_body(range)).await == 200
                     }
                     (_, _, Some(h)) => {
                         let value = padded(first);
@@ -221,7 +239,7 @@ async fn probe(door: &str, addr: SocketAddr) {
                 );
                 send(http.as_mut().unwrap(), "POST", "/json", &[], body).await == 200
             }
-            "batch" => {
+            "batch" | "adhoc" => {
                 let body = format!(r#"{{"user":"{user}","item":"probe"}}"#);
                 let (_, answer) =
                     exchange(http.as_mut().unwrap(), "POST", "/v1/acquire", &[], body).await;

@@ -60,7 +60,9 @@ pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings, SmallLimits,
 };
-pub use service::{DEFAULT_FLUSH_CHUNK_ITEMS, HeaderStyle, Listen, ServiceConfig};
+pub use service::{
+    DEFAULT_ADHOC_MAX_KEYS, DEFAULT_FLUSH_CHUNK_ITEMS, HeaderStyle, Listen, ServiceConfig,
+};
 pub use target::{
     ClusterTarget, Credentials, EtcdTarget, RedisTarget, SentinelTarget, StandaloneTarget,
     StoreConfig,

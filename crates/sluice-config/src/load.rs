@@ -92,6 +92,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             rules: RuleSet::new(vec![domain])?,
             defaults: Default::default(),
             api_domain,
+            adhoc_max_keys: crate::service::DEFAULT_ADHOC_MAX_KEYS,
             headers: HeaderStyle::Ietf,
             rls_response_headers: false,
             gateways: Vec::new(),

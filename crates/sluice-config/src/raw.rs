@@ -149,6 +149,7 @@ pub(crate) struct RawDefaults {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawApi {
     pub domain: Option<Spanned<String>>,
+    pub adhoc_max_keys: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -65,6 +65,9 @@ pub struct ServiceConfig {
     pub defaults: RuleSettings,
     /// Domain of `/v1/acquire` and `/v1/refill`.
     pub api_domain: String,
+    /// Keys all ad-hoc limits of `/v1/acquire` keep at once (`api.adhoc_max_keys`, default
+    /// [`DEFAULT_ADHOC_MAX_KEYS`]); a new key beyond it is refused.
+    pub adhoc_max_keys: usize,
     /// Header style.
     pub headers: HeaderStyle,
     /// Whether Envoy RLS answers (gRPC and `/json`) carry `x-ratelimit-*` headers in
@@ -119,6 +122,9 @@ pub const DEFAULT_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// `flush_timeout_per_key` when the file does not set it.
 pub const DEFAULT_FLUSH_TIMEOUT_PER_KEY: std::time::Duration =
     std::time::Duration::from_micros(100);
+
+/// `api.adhoc_max_keys` when the file does not set it: about 100 MiB of keys.
+pub const DEFAULT_ADHOC_MAX_KEYS: usize = 1_000_000;
 
 /// `max_keys_per_rule` when the file does not set it.
 pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
@@ -321,6 +327,13 @@ impl ServiceConfig {
             (1, 100_000_000),
             "each tracked key takes about 200 bytes (docs/RELIABILITY.md)",
         )? as usize;
+        let adhoc_max_keys = count(
+            "api.adhoc_max_keys",
+            raw.api.adhoc_max_keys.as_ref(),
+            DEFAULT_ADHOC_MAX_KEYS as u64,
+            (1, 100_000_000),
+            "each ad-hoc key takes about 100 bytes (docs/RELIABILITY.md)",
+        )? as usize;
         let flush_chunk_items = count(
             "flush_chunk_items",
             raw.flush_chunk_items.as_ref(),
@@ -360,6 +373,7 @@ impl ServiceConfig {
             rules,
             defaults,
             api_domain,
+            adhoc_max_keys,
             headers,
             rls_response_headers: raw.rls.response_headers.unwrap_or(false),
             gateways,

@@ -237,6 +237,10 @@ impl Engine {
 
     /// Like [`Engine::check`] with a cost per descriptor (Envoy's per-descriptor
     /// `hits_addend`); descriptors beyond `costs` use its last value.
+    ///
+    /// A cost of 0 is a look: it counts nothing, and a rule with no room for one more request
+    /// (over its limit, at it, or `requests_per_unit: 0`) answers it `Denied` with
+    /// [`Reason::NoRoom`], so that no cost lets a key over its limit through.
     pub async fn check_each<D, K, V>(
         &self,
         domain: &str,
@@ -276,6 +280,10 @@ impl Engine {
             let (decision, reason) = rule
                 .check(&self.flusher, max_keys, entries, now, cost)
                 .await;
+            let (decision, reason) = match cost_of(m.descriptor) {
+                0 => look(rule, decision, reason),
+                _ => (decision, reason),
+            };
             let mut outcome = outcome_of(rule, &decision);
             if rule.quota && !rule.shadow {
                 quota_rules += 1;
@@ -460,6 +468,27 @@ impl Engine {
         shutdown: impl std::future::Future<Output = ()>,
     ) -> FlushReport {
         crate::run_flush_loop(|| self.clone(), || {}, shutdown).await
+    }
+}
+
+/// A look (cost 0) at a rule: denied when the rule has no room for one request now. Cost-0
+/// checks answer what would remain, so nothing left means a request of 1 would be refused.
+fn look(
+    rule: &RuleEngine,
+    decision: Decision,
+    reason: Option<Reason>,
+) -> (Decision, Option<Reason>) {
+    match (&*rule.kind, decision) {
+        (RuleKind::Unlimited, d) => (d, reason),
+        (_, Decision::Allowed(a)) if a.remaining == 0 => {
+            let wait = a.reset_after.max(std::time::Duration::from_millis(1));
+            let denied = sluice_core::Denied {
+                retry_after: wait,
+                reset_after: wait,
+            };
+            (Decision::Denied(denied), Some(Reason::NoRoom))
+        }
+        (_, d) => (d, reason),
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use metrics::counter;
+use metrics::{counter, gauge};
 use sluice_config::ResolvedLimit;
 use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
 use sluice_store::{CounterKey, StoreError};
@@ -247,9 +247,12 @@ impl RuleEngine {
         let window_ns = sluice_core::duration_to_nanos(window).max(1);
         let reset = Duration::from_nanos(window_ns - now % window_ns);
         let sketch = self.overflow.get_or_init(OverflowSketch::new);
-        if sketch.check(key, now, window_ns, limit, cost) {
+        let checked = sketch.check(key, now, window_ns, limit, cost);
+        gauge!("sluice_overflow_noise_floor", "rule" => self.id.to_string())
+            .set(sketch.noise_floor());
+        if checked.admitted {
             let allowed = Allowed {
-                remaining: 0,
+                remaining: checked.remaining,
                 reset_after: reset,
                 delay: Duration::ZERO,
             };

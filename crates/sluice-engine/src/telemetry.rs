@@ -81,6 +81,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         LATER,
     ),
     family(
+        "sluice_adhoc_keys",
+        Gauge,
+        "Keys all ad-hoc limits of /v1/acquire keep, at the last count (their budget is api.adhoc_max_keys).",
+        LATER,
+    ),
+    family(
         "sluice_adhoc_keys_refused_total",
         Counter,
         "Requests to /v1/acquire with an ad-hoc limit refused because the ad-hoc key budget is spent.",
@@ -242,6 +248,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         "sluice_overflow_checks_total",
         Counter,
         "Requests for keys beyond a rule's key cap, decided by its fixed-memory sketch (label rule).",
+        LATER,
+    ),
+    family(
+        "sluice_overflow_noise_floor",
+        Gauge,
+        "The cost an average cell of a rule's overflow sketch holds from other keys this window (its count-mean-min noise floor; label rule): a key spray raises it, and a key in the sketch may be admitted up to 6 x its square root beyond its limit.",
         LATER,
     ),
     family(

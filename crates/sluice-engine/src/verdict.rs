@@ -43,6 +43,9 @@ pub enum Reason {
     CachedOverLimit,
     /// Exact mode: the store failed and `on_store_error: deny` applies.
     StoreError,
+    /// A look (cost 0, e.g. Envoy's per-descriptor `hits_addend: 0`) at a key with no room
+    /// for one more request: nothing was counted.
+    NoRoom,
 }
 
 impl Reason {
@@ -56,6 +59,7 @@ impl Reason {
             Reason::Exact => "exact",
             Reason::CachedOverLimit => "cached_over_limit",
             Reason::StoreError => "store_error",
+            Reason::NoRoom => "no_room",
         }
     }
 }

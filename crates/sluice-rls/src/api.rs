@@ -1,26 +1,20 @@
 //! The HTTP/JSON API for applications: acquire, refill, batch acquire.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
-use sluice_core::{CoarseClock, Decision, Gcra, KeyedLimiter, Rate};
+use sluice_core::Decision;
 use sluice_engine::Outcome;
 
+use crate::adhoc::{AdhocLimits, KeyAdmission};
 use crate::error::{RequestError, check_entries};
 use crate::json::parse_json;
 use crate::{SharedEngine, SharedOptions};
 
-/// Distinct ad-hoc limits (shapes) kept at once, each with its own keyed limiter; beyond it
-/// the least recently used shape is dropped (its keys start over, as after a restart).
-const MAX_ADHOC_SHAPES: usize = 1_000;
-/// Keys of one ad-hoc shape kept at once; past it, idle keys are swept, and while the shape
-/// is still full a new key is denied (an attacker spraying ids cannot grow memory).
-const MAX_ADHOC_KEYS: usize = 100_000;
 const MAX_AMOUNT: u64 = sluice_core::MAX_COST;
 const MAX_BATCH: usize = 1000;
 
@@ -130,21 +124,10 @@ struct BatchRequest {
     requests: Vec<serde_json::Value>,
 }
 
-type Shape = (u64, u64, u64);
-type AdhocLimiter = KeyedLimiter<String, Gcra, CoarseClock>;
-
 pub(crate) struct ApiState {
     pub engine: SharedEngine,
     pub options: SharedOptions,
-    clock: CoarseClock,
-    adhoc: Mutex<AdhocShapes>,
-}
-
-/// The ad-hoc limiters by shape, each with the tick of its last use (for LRU eviction).
-#[derive(Default)]
-struct AdhocShapes {
-    by_shape: HashMap<Shape, (Arc<AdhocLimiter>, u64)>,
-    tick: u64,
+    adhoc: AdhocLimits,
 }
 
 impl ApiState {
@@ -152,57 +135,8 @@ impl ApiState {
         Self {
             engine,
             options,
-            clock: CoarseClock::new(),
-            adhoc: Mutex::new(AdhocShapes::default()),
+            adhoc: AdhocLimits::new(),
         }
-    }
-
-    fn adhoc(&self, limit: &AdhocLimit) -> Result<Arc<AdhocLimiter>, RequestError> {
-        if let Some(a) = &limit.algorithm
-            && a != "token_bucket"
-        {
-            return Err(RequestError::invalid(format!(
-                "limit.algorithm `{a}` is not supported here; write `token_bucket` or leave it out"
-            )));
-        }
-        let window = match &limit.window {
-            WindowSpec::Seconds(s) => Duration::from_secs(*s),
-            WindowSpec::Text(t) => parse_window(t).ok_or_else(|| {
-                RequestError::invalid(format!(
-                    "limit.window `{t}` is not a duration; write e.g. \"1m\", \"90s\" or 60"
-                ))
-            })?,
-        };
-        let rate = Rate::new(limit.requests, window)
-            .map_err(|e| RequestError::invalid(format!("limit: {e}")))?;
-        let burst = limit.burst.unwrap_or(limit.requests);
-        if burst == 0 {
-            return Err(RequestError::invalid("limit.burst must be at least 1"));
-        }
-        let shape = (rate.limit(), rate.window_ns(), burst);
-        let mut shapes = self.adhoc.lock().unwrap_or_else(|p| p.into_inner());
-        shapes.tick += 1;
-        let tick = shapes.tick;
-        if let Some((l, used)) = shapes.by_shape.get_mut(&shape) {
-            *used = tick;
-            return Ok(l.clone());
-        }
-        if shapes.by_shape.len() >= MAX_ADHOC_SHAPES
-            && let Some(oldest) = shapes
-                .by_shape
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(s, _)| *s)
-        {
-            shapes.by_shape.remove(&oldest);
-            metrics::counter!("sluice_adhoc_shapes_evicted_total").increment(1);
-        }
-        let limiter = Arc::new(KeyedLimiter::with_clock(
-            Gcra::with_burst(rate, burst),
-            self.clock.clone(),
-        ));
-        shapes.by_shape.insert(shape, (limiter.clone(), tick));
-        Ok(limiter)
     }
 
     fn validate(&self, user: &str, item: &str, amount: u64) -> Result<(), RequestError> {
@@ -265,21 +199,17 @@ impl ApiState {
                     "`descriptors` apply the rules; they cannot be combined with an ad-hoc `limit`",
                 ));
             }
-            let limiter = self.adhoc(limit)?;
+            let limiter = self.adhoc.limiter(limit)?;
             let key = adhoc_key(&request.user, &request.item);
-            if limiter.len() >= MAX_ADHOC_KEYS && !limiter.contains(key.as_str()) {
-                let now = sluice_core::Clock::now(limiter.clock());
-                limiter.evict_idle(now);
-                if limiter.len() >= MAX_ADHOC_KEYS {
-                    metrics::counter!("sluice_adhoc_keys_refused_total").increment(1);
-                    return Ok(AcquireResponse {
-                        allowed: false,
-                        remaining: Some(0),
-                        retry_after_ms: Some(1000),
-                        reset_after_ms: 1000,
-                        message: None,
-                    });
-                }
+            let max_keys = self.options.load().adhoc_max_keys;
+            if self.adhoc.admit_key(&limiter, &key, max_keys) != KeyAdmission::Kept {
+                return Ok(AcquireResponse {
+                    allowed: false,
+                    remaining: Some(0),
+                    retry_after_ms: Some(1000),
+                    reset_after_ms: 1000,
+                    message: None,
+                });
             }
             return Ok(from_decision(limiter.check(key.as_str(), amount)));
         }
@@ -324,21 +254,6 @@ impl ApiState {
             }),
         })
     }
-}
-
-fn parse_window(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit())?;
-    let n: u64 = text[..split].parse().ok()?;
-    let unit = match &text[split..] {
-        "ms" => Duration::from_millis(1),
-        "s" => Duration::from_secs(1),
-        "m" => Duration::from_secs(60),
-        "h" => Duration::from_secs(3600),
-        "d" => Duration::from_secs(86_400),
-        _ => return None,
-    };
-    unit.checked_mul(u32::try_from(n).ok()?)
 }
 
 fn adhoc_key(user: &str, item: &str) -> String {
@@ -415,7 +330,7 @@ pub(crate) async fn refill(
                 "`descriptors` apply the rules; they cannot be combined with an ad-hoc `limit`",
             ));
         }
-        let limiter = state.adhoc(limit)?;
+        let limiter = state.adhoc.limiter(limit)?;
         let now = sluice_core::Clock::now(limiter.clock());
         usize::from(limiter.refill_at(
             adhoc_key(&request.user, &request.item).as_str(),
@@ -435,49 +350,4 @@ pub(crate) async fn refill(
     Ok(Json(
         serde_json::json!({ "refilled": refilled > 0, "rules": refilled }),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn state() -> ApiState {
-        let clock: Arc<dyn sluice_core::Clock> = Arc::new(sluice_core::ManualClock::new(0));
-        let engine = sluice_engine::Engine::new(
-            &sluice_config::RuleSet::new(Vec::new()).unwrap(),
-            &Default::default(),
-            Arc::new(sluice_store::MemoryStore::new(clock.clone())),
-            clock,
-            Default::default(),
-        );
-        ApiState::new(
-            Arc::new(arc_swap::ArcSwap::from_pointee(engine)),
-            Arc::new(arc_swap::ArcSwap::from_pointee(crate::RlsOptions::default())),
-        )
-    }
-
-    fn limit(requests: u64) -> AdhocLimit {
-        AdhocLimit {
-            requests,
-            window: WindowSpec::Seconds(60),
-            burst: None,
-            algorithm: None,
-        }
-    }
-
-    #[test]
-    fn a_spray_of_shapes_keeps_the_newest_and_never_refuses() {
-        let api = state();
-        let first = api.adhoc(&limit(1)).unwrap();
-        for n in 2..=(MAX_ADHOC_SHAPES as u64 * 3) {
-            api.adhoc(&limit(n)).unwrap();
-            // The first shape is in use all along: LRU keeps it.
-            if n % 100 == 0 {
-                assert!(Arc::ptr_eq(&first, &api.adhoc(&limit(1)).unwrap()));
-            }
-        }
-        let shapes = api.adhoc.lock().unwrap();
-        assert_eq!(shapes.by_shape.len(), MAX_ADHOC_SHAPES);
-        assert!(shapes.by_shape.contains_key(&(1, 60_000_000_000, 1)));
-    }
 }

@@ -110,7 +110,15 @@ pub(crate) async fn decide(
     for (i, d) in descriptors.iter().enumerate() {
         check_entries(options, i, d.iter().copied())?;
     }
-    // Envoy: hits_addend 0 means 1; a descriptor's own hits_addend overrides the request's.
+    if let Some(i) = request.descriptors.iter().position(|d| d.is_negative_hits) {
+        return Err(RequestError::invalid(format!(
+            "descriptors[{i}].is_negative_hits is not supported; give tokens back with POST /v1/refill"
+        )));
+    }
+    // As Envoy's ratelimit service: the request's hits_addend 0 means 1 (proto3 cannot tell it
+    // from unset); a descriptor's own hits_addend overrides it, and there 0 is a look that
+    // counts nothing and answers OVER_LIMIT when the key has no room for one more request
+    // (the engine's cost 0), so no spelling of 0 lets a key over its limit through.
     let default_cost = u64::from(request.hits_addend.max(1));
     let costs: Vec<u64> = request
         .descriptors

@@ -8,6 +8,7 @@
 //!
 //! Both read the engine through a [`SharedEngine`], which `sluice serve` swaps on reload.
 
+mod adhoc;
 mod api;
 mod error;
 mod grpc;
@@ -50,6 +51,9 @@ pub struct RlsOptions {
     pub response_headers: bool,
     /// Domain of `/v1/acquire` and `/v1/refill`.
     pub api_domain: String,
+    /// Keys all ad-hoc limits (`/v1/acquire` with `limit`) keep at once; a new key beyond them
+    /// is refused (`api.adhoc_max_keys`).
+    pub adhoc_max_keys: usize,
 }
 
 impl Default for RlsOptions {
@@ -62,6 +66,7 @@ impl Default for RlsOptions {
             max_body: 1024 * 1024,
             response_headers: false,
             api_domain: "default".to_owned(),
+            adhoc_max_keys: sluice_config::DEFAULT_ADHOC_MAX_KEYS,
         }
     }
 }

@@ -14,6 +14,7 @@ mod flags;
 mod key_state;
 mod model;
 mod params;
+mod recent;
 mod reply;
 mod shared;
 mod small;
@@ -131,7 +132,7 @@ pub(crate) struct SyncedRule {
     /// A flush reply queued a key for an early sync (the flusher wakes its loop).
     early_from_reply: std::sync::atomic::AtomicBool,
     /// Decisions at the store while the limit is too small to share (see [`small`]).
-    small: Option<small::SmallLimit>,
+    small: Option<Box<small::SmallLimit>>,
 }
 
 /// The most keys of one rule waiting for an early sync: a key spray that has every key ask
@@ -160,7 +161,7 @@ impl SyncedRule {
         (small_limits, small_limit_calls): (sluice_config::SmallLimits, u32),
     ) -> Self {
         Self {
-            small: small::store_decisions(&params, small_limits, small_limit_calls),
+            small: small::store_decisions(&params, small_limits, small_limit_calls).map(Box::new),
             params,
             rule_id,
             keys: map(1024),
@@ -184,7 +185,9 @@ impl SyncedRule {
         if !store.health.answering() || !small::is_small(&self.params, store) {
             return None;
         }
-        if small.decisions.is_blocked(key, now) || small.take_call(now) {
+        if small.decisions.is_blocked(key, now)
+            || small.take_call(key, now) != small::CallTaken::Spent
+        {
             return Some(&small.decisions);
         }
         metrics::counter!("sluice_small_limit_calls_spent_total", "rule" => self.rule_id.to_string())

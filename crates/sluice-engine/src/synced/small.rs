@@ -19,29 +19,85 @@ use sluice_core::{Algorithm, AtomicCell, Gcra, Nanos, Rate, StateCell};
 use sluice_store::ExactAlgorithm;
 
 use super::params::SyncedParams;
+use super::recent::RecentKeys;
 use crate::exact::StoreDecisions;
 use crate::health::StoreView;
 
 /// A rule's limit is small when it is under this many requests per instance and span.
 pub const SMALL_LIMIT_SHARES: u64 = 2;
 
+/// The part of `exact.small_limit_calls` kept for keys the rule asked the store about lately
+/// (one in this many, at least one call a second).
+pub const RETURNING_KEYS_RESERVE: u32 = 4;
+
 /// A rule's store decisions for a small limit, and how many it may ask for.
 pub(crate) struct SmallLimit {
     pub decisions: StoreDecisions,
-    /// `exact.small_limit_calls` a second (a token bucket of a second's worth): a key spray
-    /// costs the store at most that many calls a second per rule and instance; beyond it the
-    /// keys keep to their share, counted and flushed like any synced key.
-    calls: Gcra,
+    /// `exact.small_limit_calls` a second in all (token buckets of a second's worth): a key
+    /// spray costs the store at most that many calls a second per rule and instance; beyond
+    /// it the keys keep to their share, counted and flushed like any synced key. Any key may
+    /// take from `open`; only a key the rule asked the store about lately (`recent`) from
+    /// `reserve` too, so a spray of new keys cannot take every call from the users the
+    /// store already counts.
+    open: CallBudget,
+    reserve: CallBudget,
+    /// Allocated (64 KiB) at the first store call.
+    recent: std::sync::OnceLock<Box<RecentKeys>>,
+}
+
+/// A token bucket of store calls.
+struct CallBudget {
+    calls: Option<Gcra>,
     spent: AtomicCell,
 }
 
-impl SmallLimit {
-    /// Takes one store call from the budget at `now`; false when it is spent.
-    pub(crate) fn take_call(&self, now: Nanos) -> bool {
+impl CallBudget {
+    fn new(per_second: u32) -> Self {
+        let calls = Rate::new(u64::from(per_second), Duration::from_secs(1))
+            .ok()
+            .map(Gcra::new);
+        Self {
+            calls,
+            spent: AtomicCell::default(),
+        }
+    }
+
+    fn take(&self, now: Nanos) -> bool {
+        let Some(calls) = &self.calls else {
+            return false;
+        };
         self.spent.transition(|tat| {
-            let (d, next) = self.calls.check(tat, now, 1);
+            let (d, next) = calls.check(tat, now, 1);
             (d.is_allowed(), next)
         })
+    }
+}
+
+/// Which of the rule's store calls a request took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CallTaken {
+    /// One any key may take.
+    Open,
+    /// One of the reserve for keys the rule asked the store about lately.
+    Reserved,
+    /// None: the budget for this key is spent; its share decides.
+    Spent,
+}
+
+impl SmallLimit {
+    /// Takes one store call for `key` at `now`: from the open budget, or for a key the rule
+    /// asked the store about lately, from the reserve when the open budget is spent.
+    pub(crate) fn take_call(&self, key: &str, now: Nanos) -> CallTaken {
+        let recent = self.recent.get_or_init(|| Box::new(RecentKeys::new()));
+        let taken = if self.open.take(now) {
+            CallTaken::Open
+        } else if recent.contains(key) && self.reserve.take(now) {
+            CallTaken::Reserved
+        } else {
+            return CallTaken::Spent;
+        };
+        recent.insert(key);
+        taken
     }
 }
 
@@ -59,16 +115,17 @@ pub(crate) fn store_decisions(
         && p.predictive()
         && p.window_ns.is_multiple_of(1000)
         && p.cooldown_ns <= p.window_ns;
-    let calls = u64::from(calls_per_second.max(1));
-    let rate = Rate::new(calls, Duration::from_secs(1)).ok()?;
+    let calls = calls_per_second.max(1);
+    let reserve = (calls / RETURNING_KEYS_RESERVE).max(1).min(calls - 1);
     usable.then(|| SmallLimit {
         decisions: StoreDecisions::new(ExactAlgorithm::WindowCounter {
             limit: p.limit,
             window_us: p.window_ns / 1000,
             sliding: p.sliding,
         }),
-        calls: Gcra::new(rate),
-        spent: AtomicCell::default(),
+        open: CallBudget::new(calls - reserve),
+        reserve: CallBudget::new(reserve),
+        recent: std::sync::OnceLock::new(),
     })
 }
 
@@ -120,12 +177,21 @@ mod tests {
     fn a_rule_asks_the_store_at_most_its_calls_a_second() {
         let small = store_decisions(&params(20, 5), SmallLimits::Store, 100).unwrap();
         let t0 = 1_000 * 1_000_000_000;
-        let taken = (0..1000).filter(|_| small.take_call(t0)).count();
-        assert_eq!(taken, 100, "a second's worth at once");
-        assert!(!small.take_call(t0 + 5_000_000));
-        // One more every 10 ms.
-        assert!(small.take_call(t0 + 10_000_000));
-        assert!(!small.take_call(t0 + 10_000_000));
+        let taken = |key: &str, now| small.take_call(key, now) != CallTaken::Spent;
+        let new_keys = (0..1000).filter(|i| taken(&format!("new-{i}"), t0)).count();
+        assert_eq!(new_keys, 75, "a second's worth at once, less the reserve");
+        assert!(!taken("another", t0 + 5_000_000));
+        // The reserve is for keys asked about lately: 25 of them.
+        let returning = (0..1000).filter(|i| taken(&format!("new-{i}"), t0)).count();
+        assert_eq!(returning, 25);
+        assert!(!taken("new-1", t0 + 5_000_000), "all 100 calls taken");
+        // One more every 13.3 ms for any key.
+        assert_eq!(small.take_call("later", t0 + 14_000_000), CallTaken::Open);
+        assert_eq!(small.take_call("new-1", t0 + 14_000_000), CallTaken::Spent);
+        // One call a second is all open.
+        let one = store_decisions(&params(20, 5), SmallLimits::Store, 1).unwrap();
+        assert_eq!(one.take_call("k", t0), CallTaken::Open);
+        assert_eq!(one.take_call("k", t0), CallTaken::Spent);
     }
 
     #[test]
