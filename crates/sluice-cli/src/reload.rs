@@ -145,6 +145,7 @@ pub(crate) fn in_effect(running: &ServiceConfig, new: &ServiceConfig) -> Service
     effect.defaults = new.defaults.clone();
     effect.api_domain = new.api_domain.clone();
     effect.rls_response_headers = new.rls_response_headers;
+    effect.adhoc_max_keys = new.adhoc_max_keys;
     effect.headers = new.headers;
     for g in &mut effect.gateways {
         if let Some(n) = new.gateways.iter().find(|n| n.listen == g.listen) {

@@ -135,6 +135,7 @@ impl Service {
         let mut options = (**self.rls_options.load()).clone();
         options.api_domain.clone_from(&config.api_domain);
         options.response_headers = config.rls_response_headers;
+        options.adhoc_max_keys = config.adhoc_max_keys;
         self.rls_options.store(Arc::new(options));
         for (listen, handle) in self.gateways.lock().iter() {
             if let Some(g) = config.gateways.iter().find(|g| g.listen == *listen) {
@@ -317,6 +318,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         api_domain: config.api_domain.clone(),
         response_headers: config.rls_response_headers,
         max_body: config.listeners.max_body_bytes,
+        adhoc_max_keys: config.adhoc_max_keys,
         ..RlsOptions::default()
     }));
     let service = Arc::new(Service {
