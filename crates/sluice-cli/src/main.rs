@@ -10,6 +10,7 @@ mod admin;
 mod admission;
 mod check;
 mod door_metrics;
+mod gateway_workers;
 mod geo;
 mod guarded;
 mod host_check;

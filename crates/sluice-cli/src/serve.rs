@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use sluice_config::{ListenerLimits, ServiceConfig, StoreConfig};
+use sluice_config::{ServiceConfig, StoreConfig};
 use sluice_core::{Clock, CoarseClock, StdClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::{RlsOptions, SharedEngine};
@@ -40,7 +40,8 @@ pub(crate) struct Service {
     /// The Envoy RLS and HTTP API options a reload may change.
     rls_options: sluice_rls::SharedOptions,
     /// Each gateway worker's handle, by the gateway's listen address.
-    gateways: parking_lot::Mutex<Vec<(std::net::SocketAddr, sluice_http::GatewayHandle)>>,
+    pub(crate) gateways:
+        parking_lot::Mutex<Vec<(std::net::SocketAddr, sluice_http::GatewayHandle)>>,
     /// What each listener refused, for readiness and the status page.
     pub(crate) doors: crate::admission::Doors,
 }
@@ -194,79 +195,6 @@ async fn bind(what: &str, addr: std::net::SocketAddr) -> anyhow::Result<tokio::n
         .with_context(|| format!("cannot listen on {addr} ({what}); is another process using it?"))
 }
 
-/// Gateway worker threads when the config does not say: one per CPU.
-fn cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
-
-/// `count` listening sockets on one address, spread over by the kernel (`SO_REUSEPORT`): one
-/// per gateway worker thread, as nginx's workers do. A plain bind first checks that no other
-/// process listens there (sockets with `SO_REUSEPORT` would otherwise share the port with
-/// another `sluice serve` of the same user without a word) and picks the port for `:0`.
-fn bind_workers(
-    addr: std::net::SocketAddr,
-    count: usize,
-) -> anyhow::Result<Vec<std::net::TcpListener>> {
-    let open = |addr: std::net::SocketAddr, reuse_port: bool| -> std::io::Result<socket2::Socket> {
-        let socket = socket2::Socket::new(
-            socket2::Domain::for_address(addr),
-            socket2::Type::STREAM,
-            Some(socket2::Protocol::TCP),
-        )?;
-        socket.set_reuse_address(true)?;
-        socket.set_reuse_port(reuse_port)?;
-        socket.set_nonblocking(true)?;
-        socket.bind(&addr.into())?;
-        Ok(socket)
-    };
-    let context = || format!("cannot listen on {addr} (gateway); is another process using it?");
-    let bound = {
-        let probe = open(addr, false).with_context(context)?;
-        probe.listen(1).with_context(context)?;
-        probe
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .with_context(context)?
-    };
-    (0..count.max(1))
-        .map(|_| {
-            let socket = open(bound, true).with_context(context)?;
-            socket.listen(1024).with_context(context)?;
-            Ok(socket.into())
-        })
-        .collect()
-}
-
-/// One gateway worker: a thread with its own single-threaded runtime, listener and router
-/// (with its own upstream connection pool), so a request never crosses threads (no work
-/// stealing, no shared pool lock). The engine is shared; its flush runs on the main runtime.
-fn spawn_gateway_worker(
-    index: usize,
-    listener: std::net::TcpListener,
-    router: axum::Router,
-    limits: ListenerLimits,
-    cap: ConnectionCap,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    stop: watch::Receiver<bool>,
-) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
-    std::thread::Builder::new()
-        .name(format!("gateway-{index}"))
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start a gateway worker's runtime")?;
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener)
-                    .context("cannot register the gateway listener")?;
-                serve_http(listener, router, limits, cap, tls, stop).await;
-                Ok(())
-            })
-        })
-        .context("cannot start a gateway worker thread")
-}
-
 /// The Prometheus recorder, with histograms (not summaries: buckets add up across instances)
 /// and every family described and registered (see `sluice_engine::METRIC_FAMILIES`).
 fn install_metrics() -> anyhow::Result<PrometheusHandle> {
@@ -375,8 +303,13 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let admin_listener = bind("admin", config.listen.admin).await?;
     let mut gateway_listeners = Vec::with_capacity(config.gateways.len());
     for g in &config.gateways {
-        let workers = g.workers.map_or_else(cpus, std::num::NonZeroUsize::get);
-        gateway_listeners.push((bind_workers(g.listen, workers)?, g.clone()));
+        let workers = g
+            .workers
+            .map_or_else(crate::gateway_workers::cpus, std::num::NonZeroUsize::get);
+        gateway_listeners.push((
+            crate::gateway_workers::bind_workers(g.listen, workers)?,
+            g.clone(),
+        ));
     }
     tracing::info!(
         http = %config.listen.http, grpc = %config.listen.grpc, admin = %config.listen.admin,
@@ -528,51 +461,19 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     if let (Some(geo), Some(geoip)) = (&geo, &config.geoip) {
         crate::geo::watch(geo.clone(), geoip, stop_rx.clone());
     }
-    let mut gateways = tokio::task::JoinSet::new();
-    for (listeners, gateway) in gateway_listeners {
-        // One cap over all the gateway's workers; its requests may take the upstream's time.
-        let cap = ConnectionCap::new("gateway", max_connections);
-        let gateway_limits = ListenerLimits {
-            request_timeout: limits
-                .request_timeout
-                .max(gateway.upstream_timeout + Duration::from_secs(1)),
-            ..limits.clone()
-        };
-        // One admission over all its workers too: the in-flight cap is the listener's.
-        let admission = Admission::new(
-            "gateway",
-            Door::Http,
-            Buffering::Prefix(limits.max_body_bytes),
-            &gateway_limits,
-            &doors,
-        );
-        tracing::info!(listen = %gateway.listen, upstream = %gateway.upstream, domain = %gateway.domain, workers = listeners.len(), "gateway serving");
-        for (i, listener) in listeners.into_iter().enumerate() {
-            // Built here, one per worker (each its own upstream pool): a bad upstream stops the
-            // start instead of a worker.
-            let (router, handle) =
-                sluice_http::reloadable_gateway(engine.clone(), &gateway, geo.clone())
-                    .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
-            service.gateways.lock().push((gateway.listen, handle));
-            let router = protect(router, &gateway_limits, admission.clone()).layer(
-                axum::middleware::from_fn(crate::door_metrics::count_gateway),
-            );
-            let worker = spawn_gateway_worker(
-                i,
-                listener,
-                router,
-                gateway_limits.clone(),
-                cap.clone(),
-                http_tls.clone(),
-                stop_rx.clone(),
-            )?;
-            gateways.spawn_blocking(move || {
-                worker
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a gateway worker panicked")))
-            });
-        }
-    }
+    let mut gateways = crate::gateway_workers::start(
+        gateway_listeners,
+        &crate::gateway_workers::Shared {
+            engine: &engine,
+            service: &service,
+            geo: geo.as_ref(),
+            limits: &limits,
+            max_connections,
+            tls: http_tls.as_ref(),
+            stop: &stop_rx,
+            doors: &doors,
+        },
+    )?;
     let servers = tokio::spawn(async move {
         let ((), (), g) = tokio::join!(http, admin, grpc);
         g.context("grpc listener")?;

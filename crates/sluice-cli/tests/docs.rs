@@ -237,3 +237,64 @@ fn every_rule_file_and_scenario_in_the_docs_loads() {
     }
     assert!(checked >= 3, "only {checked} blocks checked");
 }
+
+/// Every `.rs` file under `dir`, read.
+fn sources(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.ends_with("target") {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            out.push((path, text));
+        }
+    }
+}
+
+/// docs/THREATS.md: every row names a test, and every test, fuzz target, script or module it
+/// names exists, so a renamed or deleted test cannot leave a threat looking defended.
+#[test]
+fn every_threat_names_tests_that_exist() {
+    let threats = std::fs::read_to_string(root().join("docs/THREATS.md")).unwrap();
+    let mut code = Vec::new();
+    sources(&root().join("crates"), &mut code);
+    sources(&root().join("fuzz/fuzz_targets"), &mut code);
+    let exists = |name: &str| {
+        if name.starts_with("scripts/") {
+            return root().join(name).exists();
+        }
+        code.iter().any(|(path, text)| {
+            text.contains(&format!("fn {name}(")) || path.file_stem().is_some_and(|s| s == name)
+        })
+    };
+    let mut rows = 0;
+    for line in threats.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 5 || cells[1] == "attacker" || cells[1].starts_with("---") {
+            continue;
+        }
+        rows += 1;
+        let test = cells[cells.len() - 2];
+        let names: Vec<&str> = test.split('`').skip(1).step_by(2).collect();
+        assert!(!names.is_empty(), "a threat without a test: {line}");
+        for name in names {
+            let last = name.rsplit("::").next().unwrap_or(name);
+            if last == "*"
+                || last == "tests"
+                || last.contains("...")
+                || last.contains('.') && !name.starts_with("scripts/")
+            {
+                continue;
+            }
+            assert!(
+                exists(if name.starts_with("scripts/") {
+                    name
+                } else {
+                    last
+                }),
+                "docs/THREATS.md names `{name}`, which does not exist: {line}"
+            );
+        }
+    }
+    assert!(rows >= 30, "only {rows} rows read");
+}
