@@ -197,18 +197,6 @@ impl Flusher {
         self.breaker.state()
     }
 
-    /// Keeps flushing a synced rule a reload removed (see [`Retired`]).
-    pub(crate) fn retire(&self, rule: Retired) {
-        self.retired.lock().push(rule);
-    }
-
-    /// The removed rules still to sweep (those done are forgotten).
-    fn retired_rules(&self) -> Vec<Retired> {
-        let mut retired = self.retired.lock();
-        retired.retain(Retired::is_live);
-        retired.clone()
-    }
-
     /// Delivers `spill` (an earlier run's) with the next flushes, keeping its file in `state`.
     pub(crate) fn replay(&self, spill: Spill, state: Arc<StateDir>) {
         let mut slot = self.replay.lock();

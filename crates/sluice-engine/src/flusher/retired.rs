@@ -4,6 +4,9 @@
 
 use std::sync::Arc;
 
+use sluice_core::Nanos;
+
+use super::Flusher;
 use crate::rule::RuleKind;
 use crate::synced::SyncedRule;
 
@@ -33,5 +36,29 @@ impl Retired {
     /// Still held by an engine (a request in flight), or still holding counts to send.
     pub(crate) fn is_live(&self) -> bool {
         Arc::strong_count(&self.kind) > 1 || self.synced().is_some_and(SyncedRule::has_unsent)
+    }
+}
+
+impl Flusher {
+    /// Keeps flushing a synced rule a reload removed (see [`Retired`]).
+    pub(crate) fn retire(&self, rule: Retired) {
+        self.retired.lock().push(rule);
+    }
+
+    /// The removed rules still to sweep (those done are forgotten).
+    pub(super) fn retired_rules(&self) -> Vec<Retired> {
+        let mut retired = self.retired.lock();
+        retired.retain(Retired::is_live);
+        retired.clone()
+    }
+
+    /// The shortest span among the removed rules still swept (`None`: none): the flush loop
+    /// ticks at their boundaries too, since the new rules' spans may be longer.
+    pub(crate) fn retired_min_span_ns(&self) -> Option<Nanos> {
+        self.retired
+            .lock()
+            .iter()
+            .filter_map(|rule| rule.synced().map(|synced| synced.params.span_ns))
+            .min()
     }
 }

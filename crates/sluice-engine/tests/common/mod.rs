@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod paused;
 pub mod watched;
 
 use std::future::Future;
