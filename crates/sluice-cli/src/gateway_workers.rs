@@ -68,6 +68,11 @@ pub(crate) fn start(
                 sluice_http::reloadable_gateway((*engine).clone(), &gateway, geo.cloned())
                     .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
             service.gateways.lock().push((gateway.listen, handle));
+            // A response the client stops reading is cut after idle_timeout (admission/stalled.rs).
+            let router = router.layer(axum::middleware::from_fn_with_state(
+                gateway_limits.idle_timeout,
+                crate::admission::guard_responses,
+            ));
             let router = protect(router, &gateway_limits, admission.clone()).layer(
                 axum::middleware::from_fn(crate::door_metrics::count_gateway),
             );

@@ -183,3 +183,83 @@ async fn a_full_waiting_room_drops_the_oldest_held_stream_and_readiness_says_so(
     );
     held.abort_all();
 }
+
+/// An upstream that answers every request with a 64 MiB body and counts the connections the
+/// gateway closed before the body was through.
+fn big_upstream() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = closed.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head);
+                let size = 64 << 20;
+                let chunk = vec![b'x'; 1 << 16];
+                let mut ok = stream
+                    .write_all(
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n").as_bytes(),
+                    )
+                    .is_ok();
+                let mut sent = 0;
+                while ok && sent < size {
+                    ok = stream.write_all(&chunk).is_ok();
+                    sent += chunk.len();
+                }
+                if !ok {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (port, closed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_and_keeps_pinging_does_not_pin_the_upstream() {
+    use std::sync::atomic::Ordering;
+    let (up, closed) = big_upstream();
+    let gateway_port = free_port();
+    let extra = format!(
+        "listeners:\n  idle_timeout: 2s\ngateways:\n  - listen: 127.0.0.1:{gateway_port}\n    upstream: http://127.0.0.1:{up}\n    domain: edge\n    workers: 1\n    upstream_timeout: 5s\n    routes:\n      - match: {{ path_prefix: / }}\n        rate_limits:\n          - actions:\n              - request_headers: {{ header_name: x-user-id, descriptor_key: user }}\n"
+    );
+    let _serve = Serve::start_with("stall", "memory://", &[("edge.yaml", RULES)], &extra);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", gateway_port))
+        .await
+        .unwrap();
+    // A client that PINGs every 300 ms (its connection is never idle) and opens a small window
+    // it never widens: it reads nothing of the body.
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(300))
+        .keep_alive_while_idle(true)
+        .initial_stream_window_size(65_535)
+        .adaptive_window(false)
+        .handshake::<_, http_body_util::Empty<Bytes>>(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+    sender.ready().await.unwrap();
+    let request = http::Request::get(format!("http://127.0.0.1:{gateway_port}/big"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let response = sender.send_request(request).await.expect("response head");
+    assert_eq!(response.status(), 200);
+    // The gateway cuts the response after its 2 s idle timeout and so frees the upstream
+    // connection; before, it stayed pinned as long as the client kept pinging.
+    let freed = sluice_testkit::wait_until(Duration::from_secs(12), || {
+        closed.load(Ordering::Relaxed) >= 1
+    });
+    drop(response);
+    driver.abort();
+    assert!(
+        freed,
+        "the upstream connection stayed pinned by a client that reads nothing"
+    );
+}

@@ -281,6 +281,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         LATER,
     ),
     family(
+        "sluice_responses_cut_total",
+        Counter,
+        "Gateway responses cut because the client read nothing of them for listeners.idle_timeout (its upstream connection is freed).",
+        PLAIN,
+    ),
+    family(
         "sluice_small_limit_calls_spent_total",
         Counter,
         "Requests of a synced rule whose limit is too small to share that its key's share decided because the rule's store calls for the second (exact.small_limit_calls) were spent (label rule).",

@@ -9,6 +9,7 @@
 
 mod body;
 mod health;
+mod stalled;
 mod waiting;
 
 use std::future::Future;
@@ -24,6 +25,7 @@ use tower::{BoxError, Layer, Service, ServiceExt as _};
 
 pub(crate) use body::{Buffering, Rebody};
 pub(crate) use health::{DoorHealth, Doors, ListenerReport};
+pub(crate) use stalled::guard_responses;
 use waiting::Waiting;
 
 /// How a listener's refusals are spelled.
