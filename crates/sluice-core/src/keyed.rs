@@ -166,6 +166,14 @@ where
         before.saturating_sub(self.map.len())
     }
 
+    /// Forgets `key` (it starts over as a fresh key); returns whether it was tracked.
+    pub fn remove<Q>(&self, key: &Q) -> bool
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        self.map.remove(key, &self.map.guard()).is_some()
+    }
+
     /// Whether `key` is tracked.
     pub fn contains<Q>(&self, key: &Q) -> bool
     where

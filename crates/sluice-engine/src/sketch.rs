@@ -6,13 +6,15 @@
 //! refused. So the estimate is count-mean-min's: from each of the key's cells the row's noise
 //! floor is taken away (what the other keys put in an average cell: the row's total, which is
 //! the sketch's admitted cost, spread over the row's other cells), and the smallest of those is
-//! the key's count. A key whose cells hold no more than noise is then near 0, and a key is
-//! refused once that estimate, less a margin of one standard deviation of the noise
+//! the key's count. That was the smallest row's; it is now the median of the key's rows, and a
+//! key is refused once that estimate, less a margin of 1.25 standard deviations of the noise
 //! (`sqrt(sum of squared costs / width)`; `sqrt(floor)` when each cost is 1), would pass its
-//! limit. A heavy key is
-//! thus admitted at most about its limit plus six standard deviations (see
-//! [`OverflowSketch::excess_bound`]); without a spray the floor is 0 and the estimate is the
-//! plain count-min one.
+//! limit. A heavy key is thus admitted at most about its limit plus 4.5 standard deviations
+//! (see [`OverflowSketch::excess_bound`]); without a spray the floor is 0 and the estimate is
+//! the plain count-min one. A fixed multiple of the limit is out of reach: a key's only trace
+//! is its cells, whose noise varies by a deviation (28 after 500,000 keys at cost 5) that
+//! dwarfs a small limit, so telling a key 2 x its limit deep from a new user takes per-key
+//! state.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -20,6 +22,14 @@ use sluice_core::Nanos;
 
 const DEPTH: usize = 4;
 const WIDTH: usize = 1 << 14;
+/// The margin taken off a key's estimate, in standard deviations of a cell's noise: about
+/// 2.3 deviations of the median of four rows, so a new user (all noise) is refused about once
+/// in 200 at worst (a limit near 0 and a deep spray).
+const MARGIN_DEVIATIONS: f64 = 1.25;
+/// How far past its limit a key in the sketch is admitted at most, in the same deviations: the
+/// margin plus five deviations of the median of four rows (about 0.6 of a cell's each).
+#[cfg(test)]
+const EXCESS_DEVIATIONS: f64 = 4.5;
 
 /// What a check of the sketch found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,13 +87,14 @@ impl OverflowSketch {
     }
 
     /// How far beyond its limit a key in the sketch may be admitted in a window, with
-    /// overwhelming probability (the margin, plus a deviation of the noise in the key's
-    /// lowest row of at most five standard deviations): six standard deviations of the noise,
-    /// rounded up (`6 * sqrt(noise floor)` when each cost is 1).
-    /// 0 without other keys' counts; 67 after a spray of 2,000,000 keys at one request each.
+    /// overwhelming probability (the margin, plus a deviation of the median of the key's rows
+    /// of at most five of its standard deviations): 4.5 standard deviations of a cell's noise,
+    /// rounded up (`4.5 * sqrt(noise floor)` when each cost is 1). 0 without other keys'
+    /// counts; 50 after a spray of 2,000,000 keys at one request each; 125 after 500,000 keys
+    /// at cost 5.
     #[cfg(test)]
     pub(crate) fn excess_bound(&self) -> u64 {
-        (6.0 * self.noise_deviation()).ceil() as u64
+        (EXCESS_DEVIATIONS * self.noise_deviation()).ceil() as u64
     }
 
     /// The standard deviation of the noise in a cell: `sqrt(sum of squared costs / width)`,
@@ -92,14 +103,18 @@ impl OverflowSketch {
         (self.admitted_sq.load(Ordering::Relaxed) as f64 / WIDTH as f64).sqrt()
     }
 
-    /// The key's estimated count: the smallest of its cells less each row's noise floor,
-    /// never above the plain count-min estimate. A saturated cell is no measure of its keys:
-    /// its row is left out (all saturated: the count-min estimate).
+    /// The key's estimated count: the median over its rows of its cell less the row's noise
+    /// floor, less a margin of [`MARGIN_DEVIATIONS`] standard deviations of the noise, never
+    /// above the plain count-min estimate. The median of four rows varies by about half a
+    /// cell's deviation, where the smallest of four sits about one deviation below the floor:
+    /// the smallest let a heavy key's own count hide in its quietest row. A saturated cell is
+    /// no measure of its keys: its row is left out (all saturated: the count-min estimate).
     fn estimate(&self, slots: &[usize; DEPTH]) -> u64 {
         let total = self.admitted.load(Ordering::Relaxed);
-        let margin = self.noise_deviation();
+        let margin = MARGIN_DEVIATIONS * self.noise_deviation();
         let mut count_min = u64::MAX;
-        let mut debiased = f64::INFINITY;
+        let mut debiased = [0.0f64; DEPTH];
+        let mut rows = 0;
         for &i in slots {
             let cell = self.counters[i].load(Ordering::Relaxed);
             count_min = count_min.min(u64::from(cell));
@@ -108,13 +123,21 @@ impl OverflowSketch {
             }
             let others = total.saturating_sub(u64::from(cell));
             let floor = others as f64 / (WIDTH - 1) as f64;
-            debiased = debiased.min(f64::from(cell) - floor - margin);
+            debiased[rows] = f64::from(cell) - floor;
+            rows += 1;
         }
-        if debiased.is_infinite() {
+        if rows == 0 {
             return count_min;
         }
+        let debiased = &mut debiased[..rows];
+        debiased.sort_by(f64::total_cmp);
+        let median = if rows % 2 == 0 {
+            (debiased[rows / 2 - 1] + debiased[rows / 2]) / 2.0
+        } else {
+            debiased[rows / 2]
+        };
         // Rounded up, and at least 0: the cast saturates.
-        (debiased.ceil().max(0.0) as u64).min(count_min)
+        ((median - margin).ceil().max(0.0) as u64).min(count_min)
     }
 
     /// Admits `cost` for `key` if its estimated count in the window stays within `limit`.

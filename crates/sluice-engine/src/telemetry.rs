@@ -87,9 +87,9 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         LATER,
     ),
     family(
-        "sluice_adhoc_keys_refused_total",
+        "sluice_adhoc_keys_evicted_total",
         Counter,
-        "Requests to /v1/acquire with an ad-hoc limit refused because the ad-hoc key budget is spent.",
+        "Ad-hoc keys evicted (oldest of the largest shape) to make room for a new key at the ad-hoc key budget or a shape's 100,000 keys.",
         PLAIN,
     ),
     family(

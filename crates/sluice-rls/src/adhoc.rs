@@ -1,5 +1,7 @@
 //! Ad-hoc limits (`/v1/acquire` with `limit`): a keyed limiter per shape, and the key budget
-//! all shapes share, so that a spray of keys and shapes cannot grow memory past it.
+//! all shapes share, so that a spray of keys and shapes cannot grow memory past it. A full
+//! budget evicts the oldest key of the largest shape rather than refusing a new one, so that a
+//! spray cannot lock other callers out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,15 +9,19 @@ use std::time::Duration;
 
 use sluice_core::{Clock, CoarseClock, Gcra, KeyedLimiter, Nanos, Rate};
 
+use crate::adhoc_arrivals::Arrivals;
 use crate::api::{AdhocLimit, WindowSpec};
 use crate::error::RequestError;
 
 /// Distinct ad-hoc limits (shapes) kept at once, each with its own keyed limiter; beyond it
 /// the least recently used shape is dropped (its keys start over, as after a restart).
 pub(crate) const MAX_ADHOC_SHAPES: usize = 1_000;
-/// Keys of one ad-hoc shape kept at once; past it (or past the budget of all shapes,
-/// `api.adhoc_max_keys`) idle keys are swept, and while it is still full a new key is denied.
+/// Keys of one ad-hoc shape kept at once; past it a new key of the shape evicts the shape's
+/// oldest key.
 pub(crate) const MAX_ADHOC_KEYS: usize = 100_000;
+/// The longest ad-hoc window: a key holds budget for up to its window, and a longer limit
+/// belongs in a rule (`api.domain`), whose keys do not take ad-hoc budget.
+pub(crate) const MAX_ADHOC_WINDOW: Duration = Duration::from_secs(86_400);
 /// New keys admitted between two counts of every shape's keys (the count in between only
 /// grows, so the budget is never passed by more than the requests in flight).
 const RECOUNT_EVERY: usize = 1024;
@@ -26,15 +32,29 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 type Shape = (u64, u64, u64);
 pub(crate) type AdhocLimiter = KeyedLimiter<String, Gcra, CoarseClock>;
 
-/// Whether a key may be kept.
+/// One ad-hoc limit: its shape and its keyed limiter.
+#[derive(Clone)]
+pub(crate) struct AdhocShape {
+    shape: Shape,
+    limiter: Arc<AdhocLimiter>,
+}
+
+impl AdhocShape {
+    pub(crate) fn limiter(&self) -> &AdhocLimiter {
+        &self.limiter
+    }
+}
+
+/// How a key was admitted (a key is never refused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KeyAdmission {
-    /// Known already, or there is room for it.
-    Kept,
-    /// Its shape holds [`MAX_ADHOC_KEYS`] keys that are not idle.
-    ShapeFull,
-    /// All shapes hold the budget (`api.adhoc_max_keys`) of keys that are not idle.
-    BudgetSpent,
+    /// Known already.
+    Known,
+    /// New, and there was room for it.
+    Added,
+    /// New, in place of the oldest key of its own shape (the shape held
+    /// [`MAX_ADHOC_KEYS`] keys) or of the largest shape (all shapes held the budget).
+    Evicted,
 }
 
 /// The ad-hoc limiters by shape, and the key count of all of them.
@@ -43,9 +63,16 @@ pub(crate) struct AdhocLimits {
     shapes: Mutex<Shapes>,
 }
 
+struct ShapeEntry {
+    limiter: Arc<AdhocLimiter>,
+    /// Use tick, for least-recently-used eviction of shapes.
+    used: u64,
+    arrivals: Arrivals,
+}
+
 #[derive(Default)]
 struct Shapes {
-    by_shape: HashMap<Shape, (Arc<AdhocLimiter>, u64)>,
+    by_shape: HashMap<Shape, ShapeEntry>,
     /// Use counter, for least-recently-used eviction.
     tick: u64,
     /// Keys of every shape at the last count.
@@ -58,7 +85,7 @@ struct Shapes {
 
 impl Shapes {
     fn recount(&mut self) {
-        self.counted = self.by_shape.values().map(|(l, _)| l.len()).sum();
+        self.counted = self.by_shape.values().map(|e| e.limiter.len()).sum();
         self.since = 0;
         metrics::gauge!("sluice_adhoc_keys").set(self.counted as f64);
     }
@@ -78,6 +105,27 @@ impl Shapes {
         }
         due
     }
+
+    /// Evicts the oldest key of `shape`; whether one was.
+    fn evict_from(&mut self, shape: &Shape) -> bool {
+        let Some(entry) = self.by_shape.get_mut(shape) else {
+            return false;
+        };
+        let evicted = entry.arrivals.evict_oldest(&entry.limiter);
+        if evicted {
+            self.counted = self.counted.saturating_sub(1);
+            metrics::counter!("sluice_adhoc_keys_evicted_total").increment(1);
+        }
+        evicted
+    }
+
+    /// The shape holding the most keys.
+    fn largest(&self) -> Option<Shape> {
+        self.by_shape
+            .iter()
+            .max_by_key(|(_, e)| e.limiter.len())
+            .map(|(s, _)| *s)
+    }
 }
 
 impl AdhocLimits {
@@ -94,7 +142,7 @@ impl AdhocLimits {
 
     /// The limiter of `limit`'s shape, made (and the least recently used shape dropped) when
     /// it is new.
-    pub(crate) fn limiter(&self, limit: &AdhocLimit) -> Result<Arc<AdhocLimiter>, RequestError> {
+    pub(crate) fn limiter(&self, limit: &AdhocLimit) -> Result<AdhocShape, RequestError> {
         if let Some(a) = &limit.algorithm
             && a != "token_bucket"
         {
@@ -110,6 +158,12 @@ impl AdhocLimits {
                 ))
             })?,
         };
+        if window > MAX_ADHOC_WINDOW {
+            return Err(RequestError::invalid(format!(
+                "limit.window is {}; ad-hoc limits allow at most 1d: declare a rule in the api domain for a longer window",
+                sluice_core::format_duration(window)
+            )));
+        }
         let rate = Rate::new(limit.requests, window)
             .map_err(|e| RequestError::invalid(format!("limit: {e}")))?;
         let burst = limit.burst.unwrap_or(limit.requests);
@@ -120,15 +174,18 @@ impl AdhocLimits {
         let mut shapes = self.lock();
         shapes.tick += 1;
         let tick = shapes.tick;
-        if let Some((l, used)) = shapes.by_shape.get_mut(&shape) {
-            *used = tick;
-            return Ok(l.clone());
+        if let Some(entry) = shapes.by_shape.get_mut(&shape) {
+            entry.used = tick;
+            return Ok(AdhocShape {
+                shape,
+                limiter: entry.limiter.clone(),
+            });
         }
         if shapes.by_shape.len() >= MAX_ADHOC_SHAPES
             && let Some(oldest) = shapes
                 .by_shape
                 .iter()
-                .min_by_key(|(_, (_, used))| *used)
+                .min_by_key(|(_, e)| e.used)
                 .map(|(s, _)| *s)
         {
             shapes.by_shape.remove(&oldest);
@@ -139,61 +196,66 @@ impl AdhocLimits {
             Gcra::with_burst(rate, burst),
             self.clock.clone(),
         ));
-        shapes.by_shape.insert(shape, (limiter.clone(), tick));
-        Ok(limiter)
+        shapes.by_shape.insert(
+            shape,
+            ShapeEntry {
+                limiter: limiter.clone(),
+                used: tick,
+                arrivals: Arrivals::default(),
+            },
+        );
+        Ok(AdhocShape { shape, limiter })
     }
 
-    /// Whether `key` of `limiter`'s shape may be kept: known keys always; a new one while its
-    /// shape and the budget of all shapes (`max_keys`) have room, after a sweep of idle keys
-    /// (at most once a second) when they have not. Refusals count in
-    /// `sluice_adhoc_keys_refused_total`.
-    pub(crate) fn admit_key(
-        &self,
-        limiter: &AdhocLimiter,
-        key: &str,
-        max_keys: usize,
-    ) -> KeyAdmission {
-        if limiter.contains(key) {
-            return KeyAdmission::Kept;
+    /// Admits `key` of `shape`: known keys as they are; a new one while its shape and the
+    /// budget of all shapes (`max_keys`) have room, after a sweep of idle keys (at most once a
+    /// second) when they have not, and otherwise in place of the oldest key of its own shape
+    /// (shape full) or of the largest shape (budget full). Evictions count in
+    /// `sluice_adhoc_keys_evicted_total`.
+    pub(crate) fn admit_key(&self, shape: &AdhocShape, key: &str, max_keys: usize) -> KeyAdmission {
+        if shape.limiter.contains(key) {
+            return KeyAdmission::Known;
         }
-        let admission = self.admit_new_key(limiter, max_keys);
-        if admission != KeyAdmission::Kept {
-            metrics::counter!("sluice_adhoc_keys_refused_total").increment(1);
-        }
-        admission
-    }
-
-    fn admit_new_key(&self, limiter: &AdhocLimiter, max_keys: usize) -> KeyAdmission {
         let now = self.clock.now();
         let mut shapes = self.lock();
         if shapes.since >= RECOUNT_EVERY || shapes.keys() >= max_keys {
             shapes.recount();
         }
-        let full = |shapes: &Shapes| {
-            if limiter.len() >= MAX_ADHOC_KEYS {
-                Some(KeyAdmission::ShapeFull)
-            } else if shapes.keys() >= max_keys {
-                Some(KeyAdmission::BudgetSpent)
-            } else {
-                None
-            }
-        };
-        if full(&shapes).is_some() && shapes.sweep_due(now) {
+        let full =
+            |shapes: &Shapes| shape.limiter.len() >= MAX_ADHOC_KEYS || shapes.keys() >= max_keys;
+        if full(&shapes) && shapes.sweep_due(now) {
             // Swept without the lock: a sweep walks every key.
-            let limiters: Vec<Arc<AdhocLimiter>> =
-                shapes.by_shape.values().map(|(l, _)| l.clone()).collect();
+            let limiters: Vec<Arc<AdhocLimiter>> = shapes
+                .by_shape
+                .values()
+                .map(|e| e.limiter.clone())
+                .collect();
             drop(shapes);
             for l in &limiters {
                 l.evict_idle(now);
             }
             shapes = self.lock();
+            for entry in shapes.by_shape.values_mut() {
+                entry.arrivals.compact(&entry.limiter);
+            }
             shapes.recount();
         }
-        if let Some(refused) = full(&shapes) {
-            return refused;
+        let mut admission = KeyAdmission::Added;
+        if shape.limiter.len() >= MAX_ADHOC_KEYS {
+            if shapes.evict_from(&shape.shape) {
+                admission = KeyAdmission::Evicted;
+            }
+        } else if shapes.keys() >= max_keys
+            && let Some(largest) = shapes.largest()
+            && shapes.evict_from(&largest)
+        {
+            admission = KeyAdmission::Evicted;
         }
         shapes.since += 1;
-        KeyAdmission::Kept
+        if let Some(entry) = shapes.by_shape.get_mut(&shape.shape) {
+            entry.arrivals.push(key, &entry.limiter);
+        }
+        admission
     }
 
     /// Shapes kept (tests).
@@ -239,7 +301,10 @@ mod tests {
             adhoc.limiter(&limit(n)).unwrap();
             // The first shape is in use all along: LRU keeps it.
             if n % 100 == 0 {
-                assert!(Arc::ptr_eq(&first, &adhoc.limiter(&limit(1)).unwrap()));
+                assert!(Arc::ptr_eq(
+                    &first.limiter,
+                    &adhoc.limiter(&limit(1)).unwrap().limiter
+                ));
             }
         }
         let shapes = adhoc.shapes();
@@ -248,32 +313,56 @@ mod tests {
     }
 
     /// Keys sprayed over many shapes stop at the budget of all shapes together, not at the
-    /// cap of each (1,000 shapes x 100,000 keys); known keys keep being served.
+    /// cap of each (1,000 shapes x 100,000 keys): past it every new key evicts the oldest key
+    /// of the largest shape, so new keys are served and memory stays at the budget.
     #[test]
     fn keys_sprayed_over_many_shapes_stop_at_the_budget() {
         let adhoc = AdhocLimits::new();
         let budget = 5_000;
-        let mut kept = 0;
-        let mut refused = 0;
+        let mut evicted = 0;
         for shape in 1..=50u64 {
             let limiter = adhoc.limiter(&limit(shape)).unwrap();
             for i in 0..1_000 {
                 let key = format!("{shape}:{i}");
                 match adhoc.admit_key(&limiter, &key, budget) {
-                    KeyAdmission::Kept => {
-                        assert!(limiter.check(key.as_str(), 1).is_allowed());
-                        kept += 1;
-                    }
-                    KeyAdmission::BudgetSpent => refused += 1,
-                    KeyAdmission::ShapeFull => panic!("no shape is full"),
+                    KeyAdmission::Added => {}
+                    KeyAdmission::Evicted => evicted += 1,
+                    KeyAdmission::Known => panic!("every key is new"),
                 }
+                assert!(limiter.limiter().check(key.as_str(), 1).is_allowed());
             }
         }
-        assert_eq!((kept, refused), (budget, 50_000 - budget));
-        let total: usize = adhoc.lock().by_shape.values().map(|(l, _)| l.len()).sum();
+        assert_eq!(evicted, 50_000 - budget);
+        let lock = adhoc.lock();
+        let total: usize = lock.by_shape.values().map(|e| e.limiter.len()).sum();
         assert_eq!(total, budget);
-        // A known key is still served at the budget.
-        let limiter = adhoc.limiter(&limit(1)).unwrap();
-        assert_eq!(adhoc.admit_key(&limiter, "1:0", budget), KeyAdmission::Kept);
+        // Arrivals track the live keys, not every key ever seen.
+        let arrivals: usize = lock.by_shape.values().map(|e| e.arrivals.len()).sum();
+        assert_eq!(arrivals, budget);
+        drop(lock);
+        // The newest key is known (and so still counted) at the budget.
+        let limiter = adhoc.limiter(&limit(50)).unwrap();
+        assert_eq!(
+            adhoc.admit_key(&limiter, "50:999", budget),
+            KeyAdmission::Known
+        );
+    }
+
+    #[test]
+    fn a_window_longer_than_a_day_is_refused_with_a_way_out() {
+        let adhoc = AdhocLimits::new();
+        for window in ["365d", "10000d", "25h"] {
+            let spec = AdhocLimit {
+                window: WindowSpec::Text(window.into()),
+                ..limit(1)
+            };
+            let err = adhoc.limiter(&spec).err().unwrap().to_string();
+            assert!(err.contains("at most 1d") && err.contains("rule"), "{err}");
+        }
+        let day = AdhocLimit {
+            window: WindowSpec::Text("1d".into()),
+            ..limit(1)
+        };
+        assert!(adhoc.limiter(&day).is_ok());
     }
 }

@@ -7,10 +7,10 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
-use sluice_core::Decision;
+use sluice_core::{Algorithm, Decision};
 use sluice_engine::Outcome;
 
-use crate::adhoc::{AdhocLimits, KeyAdmission};
+use crate::adhoc::AdhocLimits;
 use crate::error::{RequestError, check_entries};
 use crate::json::parse_json;
 use crate::{SharedEngine, SharedOptions};
@@ -199,19 +199,14 @@ impl ApiState {
                     "`descriptors` apply the rules; they cannot be combined with an ad-hoc `limit`",
                 ));
             }
-            let limiter = self.adhoc.limiter(limit)?;
+            let shape = self.adhoc.limiter(limit)?;
             let key = adhoc_key(&request.user, &request.item);
-            let max_keys = self.options.load().adhoc_max_keys;
-            if self.adhoc.admit_key(&limiter, &key, max_keys) != KeyAdmission::Kept {
-                return Ok(AcquireResponse {
-                    allowed: false,
-                    remaining: Some(0),
-                    retry_after_ms: Some(1000),
-                    reset_after_ms: 1000,
-                    message: None,
-                });
+            // An amount that can never fit is answered without keeping the key.
+            if amount <= shape.limiter().algorithm().capacity() {
+                let max_keys = self.options.load().adhoc_max_keys;
+                self.adhoc.admit_key(&shape, &key, max_keys);
             }
-            return Ok(from_decision(limiter.check(key.as_str(), amount)));
+            return Ok(from_decision(shape.limiter().check(key.as_str(), amount)));
         }
         let descriptors = self.descriptors(&request.user, &request.item, &request.descriptors)?;
         let engine = self.engine.load_full();
@@ -330,7 +325,8 @@ pub(crate) async fn refill(
                 "`descriptors` apply the rules; they cannot be combined with an ad-hoc `limit`",
             ));
         }
-        let limiter = state.adhoc.limiter(limit)?;
+        let shape = state.adhoc.limiter(limit)?;
+        let limiter = shape.limiter();
         let now = sluice_core::Clock::now(limiter.clock());
         usize::from(limiter.refill_at(
             adhoc_key(&request.user, &request.item).as_str(),

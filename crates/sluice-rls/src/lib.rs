@@ -9,6 +9,7 @@
 //! Both read the engine through a [`SharedEngine`], which `sluice serve` swaps on reload.
 
 mod adhoc;
+mod adhoc_arrivals;
 mod api;
 mod error;
 mod grpc;
