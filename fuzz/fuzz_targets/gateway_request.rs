@@ -141,6 +141,7 @@ fuzz_target!(|input: Input| {
             client,
             geo: None,
             head_as_get: true,
+            query_reading: Default::default(),
         };
         for route in &harness.routes {
             if route_path

@@ -133,6 +133,18 @@ fn gateway_changes(old: &Gateway, new: &Gateway) -> Vec<&'static str> {
         "strict_path_parameters",
     );
     diff(was.strict_head != is.strict_head, "strict_head");
+    diff(
+        was.strict_query_separators != is.strict_query_separators,
+        "strict_query_separators",
+    );
+    diff(
+        was.strict_query_names != is.strict_query_names,
+        "strict_query_names",
+    );
+    diff(
+        was.ignore_method_override != is.ignore_method_override,
+        "ignore_method_override",
+    );
     fields
 }
 

@@ -64,6 +64,15 @@ pub struct PathMatching {
     pub strict_path_parameters: bool,
     /// `strict_head`: a `HEAD` request no longer matches a route that says `method: GET`.
     pub strict_head: bool,
+    /// `strict_query_separators`: `;` is data in a query, not a separator as it is to Rack 2,
+    /// Go before 1.17 and Python before 3.9.2.
+    pub strict_query_separators: bool,
+    /// `strict_query_names`: `USER` is not the `user` query parameter (ASP.NET Core reads it
+    /// as `user`).
+    pub strict_query_names: bool,
+    /// `ignore_method_override`: a request that names another method (`X-HTTP-Method-Override`,
+    /// `X-HTTP-Method`, `X-Method-Override`, `?_method=`) is no longer refused.
+    pub ignore_method_override: bool,
 }
 
 /// An Envoy-style action: builds one entry of a descriptor from a request.
@@ -221,8 +230,9 @@ pub struct Gateway {
     /// address actions use is that many hops back.
     pub trusted_hops: usize,
     /// How request paths are compared with the routes (`case_sensitive_paths`,
-    /// `strict_trailing_slash`, `strict_path_parameters`, `strict_head`; all `false` by
-    /// default).
+    /// `strict_trailing_slash`, `strict_path_parameters`, `strict_head`, and how the query and
+    /// method overrides are read: `strict_query_separators`, `strict_query_names`,
+    /// `ignore_method_override`; all `false` by default).
     pub path_matching: PathMatching,
 }
 
@@ -541,6 +551,9 @@ pub(crate) fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway,
             strict_trailing_slash: raw.strict_trailing_slash.unwrap_or(false),
             strict_path_parameters: raw.strict_path_parameters.unwrap_or(false),
             strict_head: raw.strict_head.unwrap_or(false),
+            strict_query_separators: raw.strict_query_separators.unwrap_or(false),
+            strict_query_names: raw.strict_query_names.unwrap_or(false),
+            ignore_method_override: raw.ignore_method_override.unwrap_or(false),
         },
         trusted_hops: match &raw.trusted_hops {
             None => 0,

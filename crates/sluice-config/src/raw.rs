@@ -173,6 +173,9 @@ pub(crate) struct RawGateway {
     pub strict_trailing_slash: Option<bool>,
     pub strict_path_parameters: Option<bool>,
     pub strict_head: Option<bool>,
+    pub strict_query_separators: Option<bool>,
+    pub strict_query_names: Option<bool>,
+    pub ignore_method_override: Option<bool>,
     #[serde(default)]
     pub routes: Vec<RawRoute>,
 }

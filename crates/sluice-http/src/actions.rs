@@ -7,6 +7,7 @@ use http::{HeaderMap, Method};
 use sluice_config::{Action, GeoField, HeaderMatch, HeaderMatcher, Route};
 
 use crate::client_ip::canonical_ip;
+use crate::query::{QueryReading, query_params};
 use crate::value::{descriptor_value, query_value};
 
 /// What the actions read from a request.
@@ -27,6 +28,9 @@ pub struct RequestParts<'a> {
     pub client: Option<IpAddr>,
     /// Whether `HEAD` counts as `GET` (the `method` action's value; not with `strict_head`).
     pub head_as_get: bool,
+    /// How the `query_parameter` action finds its parameter (`;` as a separator, names in
+    /// any case, unless its settings say otherwise).
+    pub query_reading: QueryReading,
     /// The databases the `country` and `asn` actions read (none: those actions skip their
     /// descriptor).
     pub geo: Option<&'a crate::GeoIp>,
@@ -74,24 +78,6 @@ fn header_holds(headers: &HeaderMap, matcher: &HeaderMatcher) -> bool {
         (_, Some(_)) => false,
     };
     holds != matcher.invert
-}
-
-/// The values of every `name` parameter in `query`, names compared decoded (`%6Bey` is `key`).
-pub(crate) fn query_params<'a>(
-    query: Option<&'a str>,
-    name: &'a str,
-) -> impl Iterator<Item = &'a str> + 'a {
-    query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter_map(move |pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (k == name || (k.contains(['%', '+']) && query_value(k) == name)).then_some(v)
-        })
-}
-
-fn query_param<'a>(query: Option<&'a str>, name: &'a str) -> Option<&'a str> {
-    query_params(query, name).next()
 }
 
 /// Builds the descriptors of `route` for a request, with Envoy's rule: when an action cannot
@@ -158,8 +144,10 @@ pub fn descriptors<'a>(route: &'a Route, req: &RequestParts<'a>) -> Vec<Descript
                         name,
                         descriptor_key,
                         skip_if_absent,
-                    } => match query_param(req.query, name) {
-                        Some(v) => entries.push((descriptor_key.as_str(), query_value(v))),
+                    } => match query_params(req.query, name, req.query_reading).next() {
+                        Some(found) => {
+                            entries.push((descriptor_key.as_str(), query_value(found.value)))
+                        }
                         None if *skip_if_absent => {}
                         None => return None,
                     },

@@ -16,6 +16,7 @@ use sluice_engine::Engine;
 use crate::actions::{RequestParts, descriptors};
 use crate::client_ip::client_address;
 use crate::headers::{add_rate_limit_headers, rate_limit_fields, retry_after_secs};
+use crate::method_override::check_method_override;
 use crate::path::normalize_path;
 use crate::route::{RoutePath, find_route};
 use crate::single_value::check_single_inputs;
@@ -42,7 +43,9 @@ pub struct LimitPolicy {
     pub geo: Option<Arc<crate::GeoIp>>,
     /// How request paths are compared with the routes; the default (every field `false`)
     /// matches each spelling an upstream serves as one resource (`/login/`, `/LOGIN`,
-    /// `/login;jsessionid=1`, `HEAD` on a `GET` route) to the one route.
+    /// `/login;jsessionid=1`, `HEAD` on a `GET` route) to the one route, reads a query
+    /// parameter in each spelling an upstream reads (`;` separators, names in any case), and
+    /// refuses a request that names another method than its own.
     pub path_matching: PathMatching,
 }
 
@@ -160,11 +163,24 @@ where
                 Ok(p) => p,
                 Err(e) => return Ok(bad_request(&e.to_string())),
             };
+            // A request that names another method is served as that method by some upstreams
+            // and as its own by others: routes that tell methods apart cannot count it right.
+            if let Err(e) = check_method_override(
+                &policy.routes,
+                req.method(),
+                req.headers(),
+                req.uri().query(),
+                matching,
+            ) {
+                return Ok(bad_request(&e.to_string()));
+            }
             let Some(route) = find_route(&policy.routes, req.method(), &route_path) else {
                 return inner.call(req).await.map(|r| r.map(Either::Left));
             };
             // The upstream must not read an input copy the limiter did not count.
-            if let Err(e) = check_single_inputs(route, req.headers(), req.uri().query()) {
+            if let Err(e) =
+                check_single_inputs(route, req.headers(), req.uri().query(), matching.into())
+            {
                 return Ok(bad_request(&e.to_string()));
             }
             let canonical = route_path.canonical();
@@ -176,6 +192,7 @@ where
                 client: client_address(req.headers(), peer(&req), policy.trusted_hops),
                 geo: policy.geo.as_deref(),
                 head_as_get: !matching.strict_head,
+                query_reading: matching.into(),
             };
             let built = descriptors(route, &parts);
             if built.is_empty() {

@@ -308,6 +308,7 @@ mod tests {
             strict_trailing_slash: true,
             strict_path_parameters: true,
             strict_head: true,
+            ..Default::default()
         };
         assert_eq!(RoutePath::new("/A;b/", keep).unwrap().canonical(), "/A;b/");
     }

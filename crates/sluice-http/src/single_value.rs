@@ -13,7 +13,7 @@
 use http::HeaderMap;
 use sluice_config::{Action, Route};
 
-use crate::actions::query_params;
+use crate::query::{QueryReading, query_params};
 
 /// Why a request's descriptor inputs are ambiguous.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +43,24 @@ pub enum AmbiguousInput {
         /// The parameter's name.
         name: String,
     },
+    /// A query parameter a descriptor reads has a value that runs on after a `;`.
+    #[error(
+        "the value of the query parameter `{name}` holds a `;`, which some servers read as a separator and others as data; a rate limit reads it, encode the `;` as %3B"
+    )]
+    QueryValueWithSemicolon {
+        /// The parameter's name.
+        name: String,
+    },
+    /// The request names another method than its own.
+    #[error(
+        "the request names the method `{named}` in `{via}`, which some servers serve as its method; a rate limit tells methods apart, send `{named}` itself"
+    )]
+    MethodOverride {
+        /// Where: the header's or query parameter's name (at most 64 bytes of it).
+        via: String,
+        /// The method named (at most 16 bytes of it).
+        named: String,
+    },
 }
 
 fn header_names(route: &Route) -> impl Iterator<Item = &str> {
@@ -58,7 +76,9 @@ fn header_names(route: &Route) -> impl Iterator<Item = &str> {
 }
 
 /// Checks that every header and query parameter `route`'s actions read comes at most once,
-/// and that no header is an underscore spelling of one of them.
+/// that no header is an underscore spelling of one of them, and that no such parameter's value
+/// holds a `;`. Parameters are found as `reading` says ([`QueryReading`]: by
+/// default after a `;` and in any case, so `user=a&USER=b` and `user=a;user=b` are repeats).
 ///
 /// # Errors
 /// The first input that is not single, as [`AmbiguousInput`].
@@ -66,6 +86,7 @@ pub fn check_single_inputs(
     route: &Route,
     headers: &HeaderMap,
     query: Option<&str>,
+    reading: QueryReading,
 ) -> Result<(), AmbiguousInput> {
     for name in header_names(route) {
         if headers.get_all(name).iter().nth(1).is_some() {
@@ -94,10 +115,18 @@ pub fn check_single_inputs(
         }
     }
     for action in route.rate_limits.iter().flatten() {
-        if let Action::QueryParameter { name, .. } = action
-            && query_params(query, name).nth(1).is_some()
-        {
-            return Err(AmbiguousInput::RepeatedQueryParameter { name: name.clone() });
+        let Action::QueryParameter { name, .. } = action else {
+            continue;
+        };
+        let mut found = query_params(query, name, reading);
+        match (found.next(), found.next()) {
+            (Some(_), Some(_)) => {
+                return Err(AmbiguousInput::RepeatedQueryParameter { name: name.clone() });
+            }
+            (Some(one), None) if one.cut_at_semicolon => {
+                return Err(AmbiguousInput::QueryValueWithSemicolon { name: name.clone() });
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -121,45 +150,93 @@ mod tests {
 
     #[test]
     fn repeated_or_aliased_headers_are_refused() {
+        let d = QueryReading::default();
         let r = route(
             "              - request_headers: { header_name: X-User-Id, descriptor_key: user }\n",
         );
         let mut h = HeaderMap::new();
         h.append("x-user-id", "a".parse().unwrap());
-        assert_eq!(check_single_inputs(&r, &h, None), Ok(()));
+        assert_eq!(check_single_inputs(&r, &h, None, d), Ok(()));
         h.append("x-user-id", "b".parse().unwrap());
         assert!(matches!(
-            check_single_inputs(&r, &h, None),
+            check_single_inputs(&r, &h, None, d),
             Err(AmbiguousInput::RepeatedHeader { .. })
         ));
         let mut h = HeaderMap::new();
         h.append("x-user-id", "a".parse().unwrap());
         h.append("x_user-id", "b".parse().unwrap());
         assert!(matches!(
-            check_single_inputs(&r, &h, None),
+            check_single_inputs(&r, &h, None, d),
             Err(AmbiguousInput::HeaderAlias { .. })
         ));
         let mut h = HeaderMap::new();
         h.append("x_other", "b".parse().unwrap());
-        assert_eq!(check_single_inputs(&r, &h, None), Ok(()), "unrelated");
+        assert_eq!(check_single_inputs(&r, &h, None, d), Ok(()), "unrelated");
     }
 
     #[test]
     fn header_matchers_and_query_parameters_too() {
+        let d = QueryReading::default();
         let r = route(
             "              - header_value_match: { descriptor_value: free, headers: [{ name: x-plan, exact_match: free }] }\n              - query_parameter: { query_parameter_name: key, descriptor_key: k }\n",
         );
         let mut h = HeaderMap::new();
         h.append("x-plan", "free".parse().unwrap());
-        assert_eq!(check_single_inputs(&r, &h, Some("key=1&x=2&x=3")), Ok(()));
+        assert_eq!(
+            check_single_inputs(&r, &h, Some("key=1&x=2&x=3"), d),
+            Ok(())
+        );
         assert!(matches!(
-            check_single_inputs(&r, &h, Some("key=1&%6Bey=2")),
+            check_single_inputs(&r, &h, Some("key=1&%6Bey=2"), d),
             Err(AmbiguousInput::RepeatedQueryParameter { .. })
         ));
         h.append("x-plan", "pro".parse().unwrap());
         assert!(matches!(
-            check_single_inputs(&r, &h, Some("key=1")),
+            check_single_inputs(&r, &h, Some("key=1"), d),
             Err(AmbiguousInput::RepeatedHeader { .. })
         ));
+    }
+
+    #[test]
+    fn a_parameter_in_another_case_or_after_a_semicolon_is_a_repeat() {
+        let d = QueryReading::default();
+        let r = route(
+            "              - query_parameter: { query_parameter_name: user, descriptor_key: user }\n",
+        );
+        let h = HeaderMap::new();
+        let check = |q: &str, reading| check_single_inputs(&r, &h, Some(q), reading);
+        for ok in [
+            "user=bob",
+            "USER=bob",
+            "x=1;user=bob",
+            "q=a;b&user=bob",
+            "user;x=1",
+        ] {
+            assert_eq!(check(ok, d), Ok(()), "{ok}");
+        }
+        for repeat in ["user=a&USER=b", "user=a;user=b", "x=1;User=a&user=b"] {
+            assert!(
+                matches!(
+                    check(repeat, d),
+                    Err(AmbiguousInput::RepeatedQueryParameter { .. })
+                ),
+                "{repeat}"
+            );
+        }
+        for cut in ["user=bob;x=1", "x=1&User=bob;", "user=a;b=c"] {
+            assert!(
+                matches!(
+                    check(cut, d),
+                    Err(AmbiguousInput::QueryValueWithSemicolon { .. })
+                ),
+                "{cut}"
+            );
+        }
+        let strict = QueryReading {
+            strict_separators: true,
+            strict_names: true,
+        };
+        assert_eq!(check("user=a&USER=b", strict), Ok(()));
+        assert_eq!(check("user=bob;x=1", strict), Ok(()));
     }
 }

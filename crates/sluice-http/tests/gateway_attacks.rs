@@ -36,6 +36,9 @@ descriptors:
     value: search
     rate_limit: { unit: minute, requests_per_unit: 3 }
   - key: generic_key
+    value: items
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+  - key: generic_key
     value: slow
     rate_limit: { unit: minute, requests_per_unit: 3 }
 "#;
@@ -363,4 +366,116 @@ async fn a_request_smuggled_in_a_body_is_limited_like_any_other() {
                 || !h.to_ascii_lowercase().contains("content-length")),
         "{heads:?}"
     );
+}
+
+const USER_QUERY_ROUTES: &str = "      - match: { path_prefix: / }\n        rate_limits:\n          - actions: [{ query_parameter: { query_parameter_name: user, descriptor_key: user } }]\n";
+
+/// Rack 2, Go before 1.17 and Python before 3.9.2 split a query on `;`: `?x=N;user=bob` is
+/// bob to them, while the limiter saw no `user` and skipped the descriptor (8 of 8 reached
+/// the upstream). Now `user` is found after a `;` too, and a value cut at a `;` (bob to one
+/// server, `bob;x=1` to another) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_parameter_after_a_semicolon_is_limited() {
+    let (up, seen) = upstream(Upstream::Answer).await;
+    let port = gateway(up, "", USER_QUERY_ROUTES).await;
+    let targets: Vec<String> = (0..8).map(|i| format!("/a?x={i};user=bob")).collect();
+    let table: Vec<(&str, &str, &str)> = targets.iter().map(|t| ("GET", t.as_str(), "")).collect();
+    let statuses = send_all(port, &table).await;
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429]);
+    assert_eq!(seen.count(), 3, "the limit, not 8");
+    let refused = [
+        ("GET", "/a?user=carol;x=1", ""),
+        ("GET", "/a?user=dan;user=erin", ""),
+        ("GET", "/a?x=1;user=fay&user=gus", ""),
+    ];
+    assert_eq!(send_all(port, &refused).await, [400, 400, 400]);
+    assert_eq!(seen.count(), 3);
+    // `strict_query_separators`: `;` is data, as the operator says the upstream reads it.
+    let (up, seen) = upstream(Upstream::Answer).await;
+    let port = gateway(up, "    strict_query_separators: true\n", USER_QUERY_ROUTES).await;
+    send_all(port, &table).await;
+    assert_eq!(seen.count(), 8);
+}
+
+/// ASP.NET Core reads `?USER=bob` as `user`: the limiter looked for `user` only and skipped
+/// the descriptor (8 of 8 reached the upstream). Names are compared in any case now, and the
+/// name in two spellings is a repeat (400).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_parameter_in_another_case_is_limited() {
+    let (up, seen) = upstream(Upstream::Answer).await;
+    let port = gateway(up, "", USER_QUERY_ROUTES).await;
+    let table = [
+        ("GET", "/a?USER=bob", ""),
+        ("GET", "/a?User=bob", ""),
+        ("GET", "/a?uSeR=bob", ""),
+        ("GET", "/a?%55SER=bob", ""),
+        ("GET", "/a?USER=%62ob", ""),
+        ("GET", "/a?x=1&USER=bob", ""),
+        ("GET", "/a?user=bob", ""),
+        ("GET", "/a?USER=bob", ""),
+    ];
+    let statuses = send_all(port, &table).await;
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 429, 429, 429]);
+    assert_eq!(seen.count(), 3, "the limit, not 8");
+    let repeat = [("GET", "/a?user=carol&USER=dan", "")];
+    assert_eq!(send_all(port, &repeat).await, [400]);
+    assert_eq!(seen.count(), 3);
+    // `strict_query_names`: `USER` is another parameter, as the operator says it is upstream.
+    let (up, seen) = upstream(Upstream::Answer).await;
+    let port = gateway(up, "    strict_query_names: true\n", USER_QUERY_ROUTES).await;
+    send_all(port, &table).await;
+    assert_eq!(seen.count(), 8, "only one of 8 spells `user`");
+}
+
+const ITEMS_ROUTES: &str = "      - match: { path: /items, method: DELETE }\n        rate_limits:\n          - actions: [{ generic_key: { descriptor_value: items } }]\n";
+
+/// Express's method-override, Symfony, Laravel, Rails and Spring serve `POST` with
+/// `X-HTTP-Method-Override: DELETE` (or `?_method=DELETE`) as `DELETE`: a `DELETE` route's
+/// limit let 8 of 8 through. Where routes tell methods apart such a request is refused (400),
+/// so only real `DELETE`s reach the upstream, up to the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_method_override_does_not_escape_a_method_route() {
+    let (up, seen) = upstream(Upstream::Answer).await;
+    let port = gateway(up, "", ITEMS_ROUTES).await;
+    let post = "Content-Length: 0\r\n";
+    let table = [
+        (
+            "POST",
+            "/items",
+            "X-HTTP-Method-Override: DELETE\r\nContent-Length: 0\r\n",
+        ),
+        (
+            "POST",
+            "/items",
+            "X-HTTP-Method: DELETE\r\nContent-Length: 0\r\n",
+        ),
+        (
+            "POST",
+            "/items",
+            "X-Method-Override: delete\r\nContent-Length: 0\r\n",
+        ),
+        (
+            "POST",
+            "/items",
+            "X_HTTP_Method_Override: DELETE\r\nContent-Length: 0\r\n",
+        ),
+        ("POST", "/items?_method=DELETE", post),
+        ("DELETE", "/items", ""),
+        ("DELETE", "/items", ""),
+        ("DELETE", "/items", ""),
+    ];
+    let statuses = send_all(port, &table).await;
+    assert_eq!(statuses, [400, 400, 400, 400, 400, 200, 200, 200]);
+    assert_eq!(seen.count(), 3, "the limit, not 8");
+    let more = [
+        ("POST", "/items?x=1;_METHOD=delete", post),
+        ("DELETE", "/items", ""),
+    ];
+    assert_eq!(send_all(port, &more).await, [400, 429]);
+    assert_eq!(seen.count(), 3);
+    // `ignore_method_override`: the upstream has no such filter, the override is its data.
+    let (up, seen) = upstream(Upstream::Answer).await;
+    let port = gateway(up, "    ignore_method_override: true\n", ITEMS_ROUTES).await;
+    assert_eq!(send_all(port, &table[..5]).await, [200; 5]);
+    assert_eq!(seen.count(), 5);
 }

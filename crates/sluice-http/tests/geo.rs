@@ -147,6 +147,7 @@ gateways:
             client,
             geo,
             head_as_get: true,
+            query_reading: Default::default(),
         };
         descriptors(route, &parts)
             .iter()
