@@ -116,3 +116,21 @@ async fn a_removed_rule_is_flushed_at_its_own_boundaries() {
     );
     looping.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_loop_always_behind_its_ticks_still_stops_when_asked() {
+    let clock = PausedClock::new();
+    let store = slow_store(&clock);
+    let engine = engine(&rules(SECOND_SPANS), store.clone(), clock.clone());
+    let looping = Looping::start(engine.clone());
+    // Every fleet probe takes 1.5 s, longer than a tick: each flush ends past the next
+    // boundary, so a tick is always due when the loop looks.
+    store.set_delay(Duration::from_millis(1500));
+    tokio::time::sleep_until(clock.at(Duration::from_secs(6))).await;
+    count(&engine, "alice", 3).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(10), looping.stop()).await;
+    assert!(
+        stopped.is_ok(),
+        "the flush loop never looked at its shutdown"
+    );
+}

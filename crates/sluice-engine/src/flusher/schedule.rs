@@ -72,6 +72,14 @@ pub async fn run_flush_loop(
                     continue;
                 }
             }
+        } else {
+            // A tick already due (flushes slower than the span, a store that does not answer):
+            // shutdown still comes first, or a loop that is always behind would never stop.
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                () = std::future::ready(()) => {}
+            }
         }
         // The engine now, not the one the tick was planned with: a reload in between has
         // new rules whose span ends here too.
