@@ -4,13 +4,9 @@
 //! instead of refusing, so new users of any shape are served; the sprayer gets its limit again
 //! only for keys it has had evicted, once per eviction.
 
-use std::path::Path;
-use std::sync::Arc;
+mod common;
 
-use arc_swap::ArcSwap;
 use http_body_util::BodyExt;
-use sluice_core::ManualClock;
-use sluice_engine::Engine;
 use sluice_rls::{RlsOptions, SharedEngine};
 use tower::ServiceExt;
 
@@ -18,21 +14,7 @@ const BUDGET: usize = 2_000;
 const SPRAY: usize = 2_100;
 
 fn engine() -> SharedEngine {
-    let rules = sluice_config::RuleSet::new(vec![
-        sluice_config::parse_domain(Path::new("rules.yaml"), "domain: api\ndescriptors: []\n")
-            .unwrap(),
-    ])
-    .unwrap();
-    let clock: Arc<dyn sluice_core::Clock> = Arc::new(ManualClock::new(60_000_000_000_000));
-    let store = Arc::new(sluice_store::MemoryStore::new(clock.clone()));
-    let engine = Engine::new(
-        &rules,
-        &Default::default(),
-        store,
-        clock,
-        Default::default(),
-    );
-    Arc::new(ArcSwap::from_pointee(engine))
+    common::engine("domain: api\ndescriptors: []\n")
 }
 
 async fn acquire(app: &axum::Router, user: &str, limit: serde_json::Value) -> (u16, String) {

@@ -3,10 +3,8 @@
 //! `/json`) is a look that counts nothing and answers OVER_LIMIT when the key has no room.
 //! Envoy's ratelimit service reads a descriptor's 0 as "check only, no increment" too.
 
-use std::path::Path;
-use std::sync::Arc;
+mod common;
 
-use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -14,8 +12,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use http_body_util::BodyExt;
-use sluice_core::ManualClock;
-use sluice_engine::Engine;
 use sluice_rls::{RateLimitGrpc, RlsOptions, SharedEngine};
 use tower::ServiceExt;
 
@@ -30,20 +26,7 @@ descriptors:
 ";
 
 fn engine() -> SharedEngine {
-    let rules = sluice_config::RuleSet::new(vec![
-        sluice_config::parse_domain(Path::new("rules.yaml"), RULES).unwrap(),
-    ])
-    .unwrap();
-    let clock: Arc<dyn sluice_core::Clock> = Arc::new(ManualClock::new(60_000_000_000_000));
-    let store = Arc::new(sluice_store::MemoryStore::new(clock.clone()));
-    let engine = Engine::new(
-        &rules,
-        &Default::default(),
-        store,
-        clock,
-        Default::default(),
-    );
-    Arc::new(ArcSwap::from_pointee(engine))
+    common::engine(RULES)
 }
 
 fn descriptor(key: &str, value: &str, hits: Option<u64>) -> RateLimitDescriptor {
