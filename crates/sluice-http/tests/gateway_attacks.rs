@@ -3,6 +3,8 @@
 //! clock. Each test is an attack that got through before its fix, and the figure it checks is
 //! what reached the upstream. Every loop is bounded.
 
+mod common;
+
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,9 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use sluice_core::{Clock, ManualClock};
-use sluice_engine::{Engine, EngineOptions};
-use sluice_store::MemoryStore;
+use sluice_engine::Engine;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -110,20 +110,7 @@ async fn upstream(mode: Upstream) -> (u16, Seen) {
 }
 
 fn engine() -> Arc<ArcSwap<Engine>> {
-    let domain = sluice_config::parse_domain(Path::new("edge.yaml"), RULES).unwrap();
-    let rules = sluice_config::RuleSet::new(vec![domain]).unwrap();
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_800_000_000_000_000_000));
-    let engine = Engine::new(
-        &rules,
-        &Default::default(),
-        Arc::new(MemoryStore::new(clock.clone())),
-        clock,
-        EngineOptions {
-            shared_store: false,
-            ..Default::default()
-        },
-    );
-    Arc::new(ArcSwap::from_pointee(engine))
+    common::engine(RULES)
 }
 
 /// Starts a gateway to `upstream` on a dual-stack `[::]` socket (IPv4 clients arrive as

@@ -1,6 +1,8 @@
 //! The layer in process, with a manual clock: each action, header styles, shadow mode, cost,
 //! several descriptors per request.
 
+mod common;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,10 +13,8 @@ use axum::body::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use sluice_config::{HeaderStyle, Route};
-use sluice_core::{Clock, ManualClock};
-use sluice_engine::{Engine, EngineOptions};
+use sluice_engine::Engine;
 use sluice_http::{LimitPolicy, RateLimitLayer};
-use sluice_store::MemoryStore;
 use tower::{Service, ServiceExt};
 
 const RULES: &str = r#"
@@ -59,20 +59,7 @@ fn routes(routes_yaml: &str) -> Vec<Route> {
 
 /// An engine over `RULES` with a manual clock and the memory store.
 fn engine() -> Arc<ArcSwap<Engine>> {
-    let domain = sluice_config::parse_domain(Path::new("edge.yaml"), RULES).unwrap();
-    let rules = sluice_config::RuleSet::new(vec![domain]).unwrap();
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_800_000_000_000_000_000));
-    let engine = Engine::new(
-        &rules,
-        &Default::default(),
-        Arc::new(MemoryStore::new(clock.clone())),
-        clock,
-        EngineOptions {
-            shared_store: false,
-            ..Default::default()
-        },
-    );
-    Arc::new(ArcSwap::from_pointee(engine))
+    common::engine(RULES)
 }
 
 struct Harness {
