@@ -5,7 +5,9 @@
 //! default `predictive`), starts a real Redis and one `sluice serve` per node with the rule the
 //! simulator uses, replays the scenario's requests in real time (each to its node, starting at
 //! a window boundary), then simulates the same requests, and prints per window the admitted
-//! requests of both, and per run the over-admission of first and warm key-windows.
+//! requests of both, per run the over-admission of first and warm key-windows and the store
+//! commands per request, and, for a scenario whose keys fall in several classes (key
+//! prefixes), both sides' figures per class.
 //!
 //! The scenario's clock skews, store latency and outages are simulator-only: a scenario with
 //! them is refused, since the real run could not reproduce them.
@@ -82,7 +84,9 @@ fn main() {
         let fleet = fleet::Fleet::start(&bin, n.count, &rules, &extra);
         // Let every instance announce itself to the store before the traffic starts.
         std::thread::sleep(Duration::from_millis(1500));
+        let commands_before = fleet.store_commands();
         let real = runtime.block_on(fleet::replay(&fleet.http_ports(), &requests, window));
+        let commands = fleet.store_commands().saturating_sub(commands_before);
         drop(fleet);
         let mut one = scenario.clone();
         one.policies = Some(vec![policy.clone()]);
@@ -113,6 +117,22 @@ fn main() {
             sim.warm_over_max_pct,
             sim.warm_over_p99_pct
         );
+        let sent: u64 = real.counts.values().map(|c| c.offered).sum();
+        println!(
+            "| store commands per request | {:.4} (real) | {:.4} (simulator) |",
+            commands as f64 / sent.max(1) as f64,
+            sim.store_commands_per_request
+        );
+        if sim.classes.len() > 1 {
+            println!(
+                "\nper class, real processes:\n\n{}",
+                sluice_sim::classes::markdown(&real.classes(limit))
+            );
+            println!(
+                "per class, simulator:\n\n{}",
+                sluice_sim::classes::markdown(&sim.classes)
+            );
+        }
         if real.failed > 0 || real.late > 0 {
             println!(
                 "(real run: {} requests failed, {} sent more than 20 ms late)",

@@ -17,6 +17,7 @@
 //! assert_eq!(report.policies[1].over_max_pct, 0.0); // exact never over-admits
 //! ```
 
+pub mod classes;
 mod plot;
 mod report;
 mod run;

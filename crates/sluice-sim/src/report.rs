@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::classes::ClassReport;
+
 /// What one node knew about the busiest key at one moment.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct EstimateSample {
@@ -71,6 +73,8 @@ pub struct PolicyReport {
     /// What the observer node knew about the busiest key, sampled at its flush timer (synced
     /// policies).
     pub estimates: Vec<EstimateSample>,
+    /// The figures per class of keys (see [`crate::classes`]).
+    pub classes: Vec<ClassReport>,
 }
 
 /// All policies' results.
@@ -117,6 +121,22 @@ impl Report {
                 p.store_ops_per_s,
                 p.store_ops_per_request,
                 p.store_commands_per_request
+            ));
+        }
+        out.push_str(&self.per_class());
+        out
+    }
+
+    /// Per policy, the figures per class of keys, when the traffic has more than one class.
+    fn per_class(&self) -> String {
+        let mut out = String::new();
+        for p in self.policies.iter().filter(|p| p.classes.len() > 1) {
+            out.push_str(&format!(
+                "\n{}, per class (limit {} per {} s):\n\n{}",
+                p.policy,
+                self.limit,
+                self.window_s,
+                crate::classes::markdown(&p.classes)
             ));
         }
         out
@@ -166,6 +186,7 @@ impl Report {
                 p.store_commands_per_request
             ));
         }
+        out.push_str(&self.per_class());
         out
     }
 }

@@ -22,6 +22,7 @@ use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions, FlushReport};
 use sluice_store::MemoryStore;
 
+use crate::classes::WindowCount;
 use crate::report::{EstimateSample, PolicyReport, Report};
 use crate::scenario::Scenario;
 use crate::traffic::{Arrival, Generated, Rng, generate};
@@ -136,6 +137,8 @@ impl NodeTimer<'_> {
 struct KeyCount {
     window: u64,
     current: u64,
+    /// Asked for in the window (admitted or not).
+    offered: u64,
     previous: u64,
     seen: bool,
     /// The key's first window: it had no request in the window before (a new key, a returning
@@ -155,6 +158,8 @@ struct Tally<'a> {
     admitted_by_window: BTreeMap<u64, u64>,
     busiest_series: BTreeMap<u64, u64>,
     counts: Vec<KeyCount>,
+    /// Every key-window's counts, for the figures per class: (key, counts).
+    closed: Vec<(u32, WindowCount)>,
     first_window: u64,
     attacks: &'a [(u32, u64)],
     /// Per attack: when an admission first put the attacker's key over the limit, and how long
@@ -170,6 +175,13 @@ impl Tally<'_> {
         }
         let pct = c.current.saturating_sub(self.limit) as f64 * 100.0 / self.limit as f64;
         self.over.push(pct);
+        self.closed.push((
+            key,
+            WindowCount {
+                offered: c.offered,
+                admitted: c.current,
+            },
+        ));
         if c.first {
             self.over_first.push(pct);
         } else {
@@ -192,6 +204,7 @@ impl Tally<'_> {
             self.counts[key as usize] = KeyCount {
                 window,
                 current: 0,
+                offered: 0,
                 previous: if follows { c.current } else { 0 },
                 seen: true,
                 first: !follows,
@@ -297,6 +310,7 @@ fn simulate(
         admitted_by_window: BTreeMap::new(),
         busiest_series: BTreeMap::new(),
         counts: vec![KeyCount::default(); traffic.keys.len()],
+        closed: Vec::new(),
         first_window: t0 / window_ns,
         attacks: &traffic.attacks,
         full_at: vec![None; traffic.attacks.len()],
@@ -440,6 +454,7 @@ fn simulate(
             ask.set(Some(t + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64));
         }
         let count = tally.at(key, window);
+        count.offered += u64::from(cost);
         if verdict.allowed {
             count.current += u64::from(cost);
             admitted += 1;
@@ -539,6 +554,13 @@ fn simulate(
             .map(|w| tally.over_by_window.get(&w).copied().unwrap_or(0.0))
             .collect(),
         estimates,
+        classes: crate::classes::by_class(
+            tally
+                .closed
+                .iter()
+                .map(|&(key, c)| (traffic.keys[key as usize].as_str(), c)),
+            s.rule.limit,
+        ),
     }
 }
 

@@ -106,6 +106,28 @@ impl Fleet {
         self.instances.iter().map(|i| i.http).collect()
     }
 
+    /// Redis commands the store has processed so far, as the simulator counts them (each
+    /// command a script runs included; `INFO` and the connection's own set-up left out).
+    pub fn store_commands(&self) -> u64 {
+        let info = self.redis.command("INFO commandstats");
+        info.lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_"))
+            .filter(|l| {
+                !["info:", "hello:", "client|", "select:", "ping:", "config|"]
+                    .iter()
+                    .any(|skip| l.starts_with(skip))
+            })
+            .filter_map(|l| {
+                l.split_once("calls=")?
+                    .1
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
     pub fn logs(&self) -> String {
         self.instances
             .iter()
@@ -143,6 +165,22 @@ impl Replayed {
             }
         }
         out
+    }
+
+    /// The figures per class of keys (see `sluice_sim::classes`).
+    pub fn classes(&self, limit: u64) -> Vec<sluice_sim::classes::ClassReport> {
+        sluice_sim::classes::by_class(
+            self.counts.iter().map(|((key, _), c)| {
+                (
+                    key.as_str(),
+                    sluice_sim::classes::WindowCount {
+                        offered: c.offered,
+                        admitted: c.admitted,
+                    },
+                )
+            }),
+            limit,
+        )
     }
 
     /// Over-admission of each key-window in % of `limit`, split as the simulator's report

@@ -3,7 +3,6 @@
 //! Nothing here touches a map, a lock, a clock or the store: the caller passes the time and
 //! the key's [`Shared`] state (if it has one), so each transition can be tested on its own.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
@@ -13,11 +12,12 @@ use super::flags::{Activity, KeyFlags};
 use super::model;
 use super::params::SyncedParams;
 use super::shared::Shared;
-use super::time::{Deadline, Demand, Stamp, store_ms};
+use super::time::{Deadline, Demand, Stamp};
 use crate::health::StoreView;
 use crate::verdict::Reason;
 
 mod absorb;
+mod drain;
 
 pub(super) fn sat32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -88,6 +88,8 @@ pub(crate) struct Flight {
     pub current: Option<u32>,
     /// Sent ahead of the span boundary (an early sync), not at it.
     pub early: bool,
+    /// When the flush took the counts (this instance's clock).
+    pub sent_at: Nanos,
 }
 
 /// What [`KeyState::drain`] hands to the flush.
@@ -339,6 +341,17 @@ impl KeyState {
                 return (denied(retry), Some(Reason::GlobalBlock));
             }
             Err(Refusal::Limit) => return (denied(reset_after), Some(Reason::Estimate)),
+            // Room only what this instance assumes of the others may hold: reading the store
+            // again tells (and, for instances not listed yet, once a boundary's flushes have
+            // all landed, settles the key: see `settles`).
+            Err(Refusal::Unread) => {
+                let retry = if self.activity.ask_early() {
+                    (span_end - now).min(EARLY_SYNC_RETRY_NS)
+                } else {
+                    span_end - now
+                };
+                return (denied(retry), Some(Reason::Estimate));
+            }
             // The budget is set again at the next reply: the span's flush.
             Err(Refusal::Budget) => return (denied(span_end - now), Some(Reason::Estimate)),
         };
@@ -413,7 +426,23 @@ impl KeyState {
             (store.health, phantoms),
         );
         if estimate + cost as f64 > p.limit as f64 {
-            return Err(Refusal::Limit);
+            // Worth a read when only the instances not listed yet take the room.
+            let unread = phantoms > 0
+                && store.health.answering()
+                && model::estimate(
+                    p,
+                    self,
+                    shared.as_deref(),
+                    window_start,
+                    now,
+                    (store.health, 0),
+                ) + cost as f64
+                    <= p.limit as f64;
+            return Err(if unread {
+                Refusal::Unread
+            } else {
+                Refusal::Limit
+            });
         }
         if self.has(KeyFlags::SEEN_ENTRIES)
             && let Some(shared) = shared
@@ -475,102 +504,6 @@ impl KeyState {
         u64::from(since) + cost <= model::budget_now(p, self, &budget, window_start, now)
     }
 
-    /// Takes what the next flush sends for the key: the previous window's carried count, the
-    /// window's unsent count (with a demand sample, and this instance's entry when the key
-    /// exchanges entries). The counts leave the key (the flight holds them) until
-    /// [`KeyState::absorb`] settles them.
-    pub(crate) fn drain(
-        &mut self,
-        p: &SyncedParams,
-        mut shared: Option<&mut Shared>,
-        node: &Arc<str>,
-        now: Nanos,
-        early: bool,
-    ) -> Drain {
-        let w = p.window_of(now);
-        self.roll(p, shared.as_deref_mut(), w, now);
-        let window = self.key_window(w);
-        let window_start = p.window_start(window);
-        let mut flight = Flight {
-            window,
-            carry: None,
-            current: None,
-            early,
-        };
-        if self.carry > 0 {
-            flight.carry = Some(std::mem::take(&mut self.carry));
-            self.flags.insert(KeyFlags::IN_FLIGHT);
-        }
-        // An early sync reads the others even when this instance has nothing new to add.
-        if self.unflushed == 0 && self.offered == 0 && !early {
-            if flight.carry.is_some() {
-                let (entry, first_write) = (None, false);
-                return Drain::Send(Sending {
-                    flight,
-                    entry,
-                    first_write,
-                });
-            }
-            let idle = !self.has(KeyFlags::IN_FLIGHT)
-                && self.activity.idle()
-                && now >= self.blocked_until(p, window_start);
-            return if idle { Drain::Idle } else { Drain::Quiet };
-        }
-        // The first interval opens with the key's first hit, which is not part of the rate:
-        // it is set aside, and a single hit (an early sync right after a cold key's first
-        // request) tells no rate yet: the next interval starts here.
-        let timeline = p.timeline();
-        let elapsed = now.saturating_sub(timeline.at(window_start, self.demand_at));
-        let hits = if self.activity.contains(Activity::SAMPLED) {
-            Some(self.offered)
-        } else {
-            self.offered.checked_sub(1).filter(|&h| h > 0)
-        };
-        if let (Some(hits), true) = (hits, elapsed > 0) {
-            self.demand = self.demand.sampled(hits, elapsed, p.span_ns);
-        }
-        self.activity.insert(Activity::SAMPLED);
-        self.offered = 0;
-        self.demand_at = timeline.stamp(window_start, now);
-        // An early sync of a settled key only reads the total: its entries are current.
-        let read_only = early && self.has(KeyFlags::SEEN_ENTRIES) && self.settled();
-        let entry = (!read_only && self.exchanges_entries(p, shared.as_deref(), window_start, now))
-            .then(|| NodeEntry {
-                node: node.clone(),
-                count: self.local.into(),
-                at_ms: store_ms(now),
-                rate_milli: self.demand.store_milli(),
-            });
-        flight.current = Some(std::mem::take(&mut self.unflushed));
-        self.flags.insert(KeyFlags::IN_FLIGHT);
-        Drain::Send(Sending {
-            flight,
-            entry,
-            first_write: !self.has(KeyFlags::PREV_KNOWN),
-        })
-    }
-
-    /// Entries are exchanged on the key's first flush in a window, until whether it is shared
-    /// is settled, after a failed flush, and whenever the key is shared (the last reply showed
-    /// another instance: an entry, or counts no entry accounts for; or a gap just ended)
-    /// unless it is far below its limit. Otherwise a flush only adds its count (one command
-    /// instead of three) and the total tells when someone else starts.
-    fn exchanges_entries(
-        &self,
-        p: &SyncedParams,
-        shared: Option<&Shared>,
-        window_start: Nanos,
-        now: Nanos,
-    ) -> bool {
-        p.predictive()
-            && (!self.has(KeyFlags::PREV_KNOWN)
-                || !self.has(KeyFlags::SETTLED)
-                || self.has(KeyFlags::CUT_OFF)
-                || shared.is_some_and(|x| {
-                    x.needed(now) && !model::far_below(p, self, x, window_start, now, 0)
-                }))
-    }
-
     /// Whether the key is blocked at `now` (`window`: its window then).
     pub(crate) fn blocked_at(&self, p: &SyncedParams, window: u64, now: Nanos) -> bool {
         self.blocked_until(p, p.window_start(window)) > now
@@ -587,6 +520,9 @@ enum Refusal {
     Limit,
     /// This instance's budget until its next reply is spent.
     Budget,
+    /// Only the instances no reply has listed yet, taken to count what this one does, leave
+    /// no room: they may not count the key at all (a client pinned to this instance).
+    Unread,
 }
 
 /// Why a fallback share denied a request.

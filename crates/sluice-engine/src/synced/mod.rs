@@ -284,8 +284,7 @@ impl SyncedRule {
     /// clocks 10 ms apart, up to 13% over the limit).
     pub(crate) fn read_ahead_at(&self, now: Nanos) -> Nanos {
         let p = &self.params;
-        let boundary = p.span_of(now).saturating_mul(p.span_ns);
-        boundary + (READ_AHEAD_MARGIN.as_nanos() as u64).min(p.span_ns / 20)
+        p.span_of(now).saturating_mul(p.span_ns) + p.read_ahead_margin()
     }
 
     /// Whether a flush reply queued a key for an early sync since the last call.

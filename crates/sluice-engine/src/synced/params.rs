@@ -44,6 +44,13 @@ impl SyncedParams {
         now / self.span_ns
     }
 
+    /// How long after a span boundary every instance's flush of that boundary has landed, as
+    /// far as clock sync lets anyone know: [`super::READ_AHEAD_MARGIN`], at most a twentieth
+    /// of a span.
+    pub(crate) fn read_ahead_margin(&self) -> Nanos {
+        (super::READ_AHEAD_MARGIN.as_nanos() as u64).min(self.span_ns / 20)
+    }
+
     /// Whether the rule exchanges per-instance entries and budgets (`predictive`), rather
     /// than scaling its own count by the node estimate (`reactive`).
     pub(crate) fn predictive(&self) -> bool {

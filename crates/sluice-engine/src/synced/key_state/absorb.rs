@@ -52,7 +52,7 @@ impl KeyState {
             x.heard_at = now;
         }
         if flight.window == kw {
-            self.absorb_outcome(p, shared, (outcome, flight.early), node, kw, (now, store));
+            self.absorb_outcome(p, shared, (outcome, flight), node, kw, (now, store));
         } else if flight.window + 1 == kw {
             self.prev_global = self.prev_global.max(sat32(outcome.total));
         }
@@ -64,12 +64,13 @@ impl KeyState {
         &mut self,
         p: &SyncedParams,
         shared: &mut Option<Shared>,
-        (outcome, early): (&FlushOutcome, bool),
+        (outcome, flight): (&FlushOutcome, &Flight),
         node: &str,
         kw: u64,
         (now, store): (Nanos, StoreView),
     ) {
         let window_start = p.window_start(kw);
+        let early = flight.early;
         // Our own count as of the snapshot is in the total; what came after is not.
         let own = u64::from(self.local.saturating_sub(self.unflushed));
         self.others_read = sat32(outcome.total.saturating_sub(own));
@@ -117,8 +118,13 @@ impl KeyState {
             );
             others.extend(unlisted);
             set_others(shared, others, now);
-            let boundary = (!early).then_some(window_start);
-            if self.settles(p, shared.as_ref(), others_seen, boundary, (now, store)) {
+            if self.settles(
+                p,
+                shared.as_ref(),
+                others_seen,
+                (flight, window_start),
+                (now, store),
+            ) {
                 self.flags.insert(KeyFlags::SETTLED);
             }
             self.flags.insert(KeyFlags::SEEN_ENTRIES);
@@ -156,7 +162,7 @@ impl KeyState {
             let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
             let budget = model::budget(p, self, x, window_start, now, phantoms);
             x.set_budget(budget);
-            if !early && self.read_ahead_of_others(p, x, budget, now) {
+            if !early && self.read_ahead_of_others(p, x, (budget, phantoms), now) {
                 if p.span_of(now) as u16 != self.span {
                     // No check in this span yet: the early sync asked in the last one is
                     // not this span's.
@@ -172,12 +178,15 @@ impl KeyState {
     /// boundaries, and the first to land reads the others as they were a span ago, taking
     /// their counts since from their demand. An early sync moments later reads them as they
     /// are (measured in the simulator: the warm windows of three instances at 2.4x the limit
-    /// with 3 spans went from up to 2.7% over to ...).
+    /// with 3 spans went from up to 2.7% over to ...). The same holds while instances no
+    /// reply has listed yet are taken to count what this one does: read after the boundary's
+    /// flushes have landed, the key is settled and those that did not flush are known not to
+    /// count it (a client pinned to one instance is not refused for want of that read).
     fn read_ahead_of_others(
         &self,
         p: &SyncedParams,
         shared: &Shared,
-        budget: Budget,
+        (budget, phantoms): (Budget, u64),
         now: Nanos,
     ) -> bool {
         let span_start = p.span_of(now).saturating_mul(p.span_ns);
@@ -187,15 +196,16 @@ impl KeyState {
             .live_others(p, now)
             .any(|o| !o.unlisted() && (last_boundary..span_start).contains(&o.at));
         let span_left = (span_start + p.span_ns).saturating_sub(now);
-        behind && f64::from(budget.amount) < self.demand.hits_in(span_left)
+        (behind || phantoms > 0) && f64::from(budget.amount) < self.demand.hits_in(span_left)
     }
 
     /// Whether a reply with entries settles whether the key is shared. With a fleet of
     /// several instances: once the reply lists all of them, or at the second reply to a
     /// span-boundary flush in the same window (by then every instance that counted the key in
-    /// the window before the last boundary has flushed it). With no fleet known: once a reply
-    /// shows another instance, or at the second reply. `boundary` is the key's window start
-    /// for a reply to a span-boundary flush, `None` for an early sync's.
+    /// the window before the last boundary has flushed it), or at a reply to an early sync
+    /// sent after such a reply and late enough in its span for every flush of the span's
+    /// boundary to have landed ([`SyncedParams::read_ahead_margin`]). With no fleet known:
+    /// once a reply shows another instance, or at the second reply.
     ///
     /// A reply to the flush at the window's own start does not count towards the two: nobody
     /// had counted in the new window before it, and the others' counts of the window before
@@ -209,7 +219,7 @@ impl KeyState {
         p: &SyncedParams,
         shared: Option<&Shared>,
         others_seen: bool,
-        boundary: Option<Nanos>,
+        (flight, window_start): (&Flight, Nanos),
         (now, store): (Nanos, StoreView),
     ) -> bool {
         let parties = store.fleet.max(p.expected_instances);
@@ -220,9 +230,17 @@ impl KeyState {
         if listed + 1 >= parties {
             return true;
         }
-        let Some(window_start) = boundary else {
-            return false;
-        };
+        if flight.early {
+            // Not for a limit this small (under two requests per instance and span, see
+            // `small`): one more instance's cold share is a large part of it, and it would
+            // only be read at the next flush.
+            let sent = flight.sent_at;
+            let span_start = p.span_of(sent).saturating_mul(p.span_ns);
+            return p.limit >= 2 * parties * p.spans
+                && self.activity.contains(Activity::BOUNDARY_REPLY)
+                && p.span_of(sent) == p.span_of(now)
+                && sent >= span_start + p.read_ahead_margin();
+        }
         if p.span_of(now) == p.span_of(window_start) {
             return false;
         }

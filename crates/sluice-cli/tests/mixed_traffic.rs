@@ -1,0 +1,83 @@
+//! A mix of users on five real `sluice serve` instances and one real Redis, judged class by
+//! class (`examples/scenarios/mix/short.yaml`, three windows of 12 s): a heavy user routed
+//! unevenly, a bursty one, users far under their limit, a churn of short-lived users, a client
+//! pinned to one instance, a user whose traffic moves to another instance mid-window. The
+//! simulator runs the same requests and must agree with the real processes class by class.
+//! The full mix, one minute windows for five minutes, is `scripts/mixed-traffic.sh`
+//! (docs/ACCURACY.md, "A mix of users").
+
+#[path = "common/fleet.rs"]
+mod fleet;
+
+use std::path::Path;
+use std::time::Duration;
+
+use sluice_sim::classes::ClassReport;
+
+fn class<'a>(classes: &'a [ClassReport], name: &str) -> &'a ClassReport {
+    classes
+        .iter()
+        .find(|c| c.class == name)
+        .unwrap_or_else(|| panic!("no class {name} in {classes:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_simulator() {
+    let file =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios/mix/short.yaml");
+    let scenario = sluice_sim::Scenario::load(&file).unwrap();
+    let requests = sluice_sim::requests(&scenario);
+    let fleet = fleet::Fleet::start(
+        Path::new(env!("CARGO_BIN_EXE_sluice")),
+        scenario.nodes.count,
+        &sluice_sim::rule_file("predictive", &scenario),
+        "",
+    );
+    // Let every instance announce itself, so that each knows the fleet's size.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let window = Duration::from_secs(scenario.rule.window_s);
+    let real = fleet::replay(&fleet.http_ports(), &requests, window).await;
+    assert_eq!(real.failed, 0, "{}", fleet.logs());
+    let limit = scenario.rule.limit;
+    let real = real.classes(limit);
+    let sim = sluice_sim::run(&scenario).policies.remove(0).classes;
+    eprintln!(
+        "real:\n{}\nsimulator:\n{}",
+        sluice_sim::classes::markdown(&real),
+        sluice_sim::classes::markdown(&sim)
+    );
+    // A request sent just before a window boundary may be decided just after it: the client's
+    // tally of a key-window may hold one request of the next.
+    let one = 100.0 / limit as f64;
+    for c in &real {
+        assert!(
+            c.over_max_pct <= 5.0 + one,
+            "{}: a window {:.1}% over the limit; the instances logged:\n{}",
+            c.class,
+            c.over_max_pct,
+            fleet.logs()
+        );
+    }
+    for name in ["bursty", "pinned"] {
+        let c = class(&real, name);
+        assert!(c.busy_windows >= 2, "{name}: {c:?}");
+        assert_eq!(c.under_admitted, 0, "{name}: {c:?}");
+    }
+    let normal = class(&real, "normal");
+    assert!(normal.false_denial_pct < 0.1, "{normal:?}");
+    assert_eq!(class(&real, "churn").false_denials, 0);
+    // The simulator predicts each class within 3% of the limit per key-window (and one
+    // request either way for the windows' edges).
+    for s in &sim {
+        let r = class(&real, &s.class);
+        let per_window = (r.admitted.abs_diff(s.admitted)) as f64 / r.windows.max(1) as f64;
+        assert!(
+            per_window <= 0.03 * limit as f64 + 1.0,
+            "{}: real {} admitted, simulated {} over {} key-windows",
+            s.class,
+            r.admitted,
+            s.admitted,
+            r.windows
+        );
+    }
+}
