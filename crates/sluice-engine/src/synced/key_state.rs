@@ -374,6 +374,13 @@ impl KeyState {
         )
     }
 
+    /// The window's count as this instance read it: its own, and the others' as their
+    /// entries and the last total read them (nothing extrapolated).
+    fn read(&self, shared: Option<&Shared>) -> f64 {
+        let listed: f64 = shared.map_or(0.0, |x| x.others.iter().map(|o| f64::from(o.count)).sum());
+        (f64::from(self.local) + listed).max(f64::from(self.local) + f64::from(self.others_read))
+    }
+
     /// Whether a penalty rule's limit is certainly exceeded by a refused request of `cost`:
     /// admitted here, the others' last read count and the demand refused here since the last
     /// flush (hits offered less those admitted; `cost` is among them) are more than the limit.
@@ -427,17 +434,27 @@ impl KeyState {
         );
         if estimate + cost as f64 > p.limit as f64 {
             // Worth a read when only the instances not listed yet take the room.
-            let unread = phantoms > 0
-                && store.health.answering()
-                && model::estimate(
-                    p,
-                    self,
-                    shared.as_deref(),
-                    window_start,
-                    now,
-                    (store.health, 0),
-                ) + cost as f64
-                    <= p.limit as f64;
+            // Worth a read when only what this instance assumes of the others leaves no room:
+            // the instances not listed yet (taken to count what this one does, while they may
+            // not count the key at all: a client pinned here), or, when it has not heard of the
+            // key for a span, the others' demand since (an instance whose demand fell sends
+            // nothing to say so: a client quiet between bursts). Not for a limit too small to
+            // share among the fleet: each instance's cold share is a large part of it.
+            let unheard = shared
+                .as_deref()
+                .is_some_and(|x| now.saturating_sub(x.heard_at) >= p.span_ns)
+                && p.limit >= 2 * store.fleet.max(p.expected_instances) * p.spans;
+            let without_phantoms = model::estimate(
+                p,
+                self,
+                shared.as_deref(),
+                window_start,
+                now,
+                (store.health, 0),
+            );
+            let unread = store.health.answering()
+                && ((phantoms > 0 && without_phantoms + cost as f64 <= p.limit as f64)
+                    || (unheard && self.read(shared.as_deref()) + cost as f64 <= p.limit as f64));
             return Err(if unread {
                 Refusal::Unread
             } else {
@@ -446,7 +463,7 @@ impl KeyState {
         }
         if self.has(KeyFlags::SEEN_ENTRIES)
             && let Some(shared) = shared
-            && !self.within_budget(p, shared, window_start, now, cost, phantoms)
+            && !self.within_budget(p, shared, window_start, now, cost, (phantoms, store.fleet))
         {
             return Err(Refusal::Budget);
         }
@@ -490,12 +507,15 @@ impl KeyState {
         window_start: Nanos,
         now: Nanos,
         cost: u64,
-        phantoms: u64,
+        (phantoms, fleet): (u64, u64),
     ) -> bool {
+        // A budget lasts until the next reply, due at the next span boundary; a key with
+        // nothing to flush there got none, and the budget set for an earlier span would be
+        // spent on a later one's demand (a burst after a quiet span): set it again.
         let budget = match shared.budget() {
-            Some(budget) => budget,
-            None => {
-                let budget = model::budget(p, self, shared, window_start, now, phantoms);
+            Some(budget) if p.span_of(budget.at) == p.span_of(now) => budget,
+            _ => {
+                let budget = model::budget(p, self, shared, window_start, now, (phantoms, fleet));
                 shared.set_budget(budget);
                 budget
             }
@@ -520,8 +540,8 @@ enum Refusal {
     Limit,
     /// This instance's budget until its next reply is spent.
     Budget,
-    /// Only the instances no reply has listed yet, taken to count what this one does, leave
-    /// no room: they may not count the key at all (a client pinned to this instance).
+    /// Only what this instance assumes of the others and has not read leaves no room (see
+    /// `room_for`): reading the store tells.
     Unread,
 }
 

@@ -80,7 +80,12 @@ pub(crate) fn estimate(
                 } else {
                     o.demand
                 };
-                others += demand.hits_in(now.saturating_sub(o.at.max(window_start)));
+                let from = if health.answering() {
+                    shared.quiet_until(p, o)
+                } else {
+                    o.at
+                };
+                others += demand.hits_in(now.saturating_sub(from.max(window_start)));
             }
         }
     }
@@ -127,8 +132,8 @@ pub(crate) fn far_below(
     grown < p.limit as f64 / 2.0
 }
 
-/// This instance's share of the key's demand: its demand over all live instances', the
-/// phantoms' taken as its own. A demand not known yet (a single hit so far) is taken to be
+/// This instance's share of the key's demand: its demand over all live instances' (and the
+/// stale ones' the fleet has room for), the phantoms' taken as its own. A demand not known yet (a single hit so far) is taken to be
 /// like the others': this instance's for another instance, the average of the known ones for
 /// this instance (an even split when none is known), so that nobody takes the whole room, or
 /// none of it, for want of a rate.
@@ -137,12 +142,19 @@ pub(crate) fn share(
     key: &KeyState,
     shared: &Shared,
     now: Nanos,
-    phantoms: u64,
+    (phantoms, fleet): (u64, u64),
 ) -> f64 {
     let known = |d: super::time::Demand| (!d.is_none()).then(|| d.per_ns());
+    // An instance whose entry went stale (nothing from it for two spans) may have left, or
+    // gone quiet and be about to come back with everyone else (a client behind a balancer
+    // bursts on every instance at once): while the fleet has room for it, its part of the
+    // room is kept as for an instance whose demand is not known.
+    let live = shared.live_others(p, now).count() as u64;
+    let stale = (shared.others.len() as u64 - live).min(fleet.saturating_sub(1 + phantoms + live));
     let others: Vec<Option<f64>> = shared
         .live_others(p, now)
         .map(|o| known(o.demand))
+        .chain((0..stale).map(|_| None))
         .collect();
     let (sum, n) = others
         .iter()
@@ -162,7 +174,7 @@ pub(crate) fn budget(
     shared: &Shared,
     window_start: Nanos,
     now: Nanos,
-    phantoms: u64,
+    (phantoms, fleet): (u64, u64),
 ) -> Budget {
     let estimate = estimate(
         p,
@@ -173,7 +185,7 @@ pub(crate) fn budget(
         (StoreHealth::Answering, phantoms),
     );
     let room = (p.limit as f64 - estimate).max(0.0);
-    let share = share(p, key, shared, now, phantoms);
+    let share = share(p, key, shared, now, (phantoms, fleet));
     Budget {
         // `room` is at most the limit, a 32-bit count (the cast saturates anyway).
         amount: (room * share).floor() as u32,

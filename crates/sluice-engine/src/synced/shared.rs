@@ -114,6 +114,24 @@ impl Shared {
         self.in_grace(now) || self.fresh(p, o, now)
     }
 
+    /// Until when another instance is known to have counted nothing since its entry. An
+    /// instance flushes a key at the first span boundary after it counts it, with its entry
+    /// unless the key is far below its limit (and then its count is in the total read). So
+    /// one whose entry is older than the last boundary whose flushes had all landed when this
+    /// instance last heard from the store ([`SyncedParams::read_ahead_margin`] before then)
+    /// counted nothing between its entry and that boundary: its demand is taken from the
+    /// boundary on, not over the quiet it kept (a client that bursts every few seconds,
+    /// between bursts, was refused its next burst for demand extrapolated over the gap).
+    pub(crate) fn quiet_until(&self, p: &SyncedParams, o: &Other) -> Nanos {
+        // After an outage the others' counts from the gap are still on their way: their
+        // silence then says nothing.
+        if o.unlisted() || self.in_grace(o.at.max(self.heard_at)) {
+            return o.at;
+        }
+        let landed = self.heard_at.saturating_sub(p.read_ahead_margin());
+        o.at.max(p.span_of(landed).saturating_mul(p.span_ns))
+    }
+
     pub(crate) fn in_grace(&self, now: Nanos) -> bool {
         now <= self.grace_until
     }

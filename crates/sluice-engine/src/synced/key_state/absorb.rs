@@ -160,7 +160,7 @@ impl KeyState {
             && let Some(x) = shared
         {
             let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
-            let budget = model::budget(p, self, x, window_start, now, phantoms);
+            let budget = model::budget(p, self, x, window_start, now, (phantoms, store.fleet));
             x.set_budget(budget);
             if !early && self.read_ahead_of_others(p, x, (budget, phantoms), now) {
                 if p.span_of(now) as u16 != self.span {
