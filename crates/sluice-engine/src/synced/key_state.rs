@@ -344,8 +344,10 @@ impl KeyState {
             // Room only what this instance assumes of the others may hold: reading the store
             // again tells (and, for instances not listed yet, once a boundary's flushes have
             // all landed, settles the key: see `settles`).
-            Err(Refusal::Unread) => {
-                let retry = if self.activity.ask_early() {
+            Err(Refusal::Unread { from }) => {
+                let retry = if from > now {
+                    from - now
+                } else if self.activity.ask_early() {
                     (span_end - now).min(EARLY_SYNC_RETRY_NS)
                 } else {
                     span_end - now
@@ -372,6 +374,38 @@ impl KeyState {
             }),
             None,
         )
+    }
+
+    /// When a read of the store is worth it before refusing `cost` more: when only what this
+    /// instance assumes of the others leaves no room. That is the instances not listed yet
+    /// (taken to count what this one does, while they may not count the key at all: a client
+    /// pinned here; a read settles them only a quarter span after the boundary, once its
+    /// flushes have landed), or, when it has not heard of the key for a span, the others'
+    /// demand since (an instance whose demand fell sends nothing to say so: a client quiet
+    /// between bursts; not for a spent budget, which a burst on every instance spends at once:
+    /// read again, each would take a new budget from a room the others' bursts already
+    /// fill). Not for a limit too small to share among the fleet: each instance's cold share
+    /// is a large part of it.
+    fn worth_a_read(
+        &self,
+        p: &SyncedParams,
+        shared: Option<&Shared>,
+        (window_start, now): (Nanos, Nanos),
+        (cost, phantoms, refusal): (u64, u64, &Refusal),
+        store: StoreView,
+    ) -> Option<Nanos> {
+        if !store.health.answering() || !p.shareable(store.fleet.max(p.expected_instances)) {
+            return None;
+        }
+        let fits = |count: f64| count + cost as f64 <= p.limit as f64;
+        let unheard = shared.is_some_and(|x| now.saturating_sub(x.heard_at) >= p.span_ns);
+        if unheard && matches!(refusal, Refusal::Limit) && fits(self.read(shared)) {
+            return Some(now);
+        }
+        let without_unlisted =
+            model::estimate(p, self, shared, window_start, now, (store.health, 0));
+        (phantoms > 0 && fits(without_unlisted))
+            .then(|| now.max(p.span_of(now).saturating_mul(p.span_ns) + p.settle_margin()))
     }
 
     /// The window's count as this instance read it: its own, and the others' as their
@@ -409,7 +443,7 @@ impl KeyState {
     fn room_for(
         &self,
         p: &SyncedParams,
-        shared: Option<&mut Shared>,
+        mut shared: Option<&mut Shared>,
         window_start: Nanos,
         now: Nanos,
         cost: u64,
@@ -432,40 +466,26 @@ impl KeyState {
             now,
             (store.health, phantoms),
         );
-        if estimate + cost as f64 > p.limit as f64 {
-            // Worth a read when only the instances not listed yet take the room.
-            // Worth a read when only what this instance assumes of the others leaves no room:
-            // the instances not listed yet (taken to count what this one does, while they may
-            // not count the key at all: a client pinned here), or, when it has not heard of the
-            // key for a span, the others' demand since (an instance whose demand fell sends
-            // nothing to say so: a client quiet between bursts). Not for a limit too small to
-            // share among the fleet: each instance's cold share is a large part of it.
-            let unheard = shared
-                .as_deref()
-                .is_some_and(|x| now.saturating_sub(x.heard_at) >= p.span_ns)
-                && p.limit >= 2 * store.fleet.max(p.expected_instances) * p.spans;
-            let without_phantoms = model::estimate(
-                p,
-                self,
-                shared.as_deref(),
-                window_start,
-                now,
-                (store.health, 0),
-            );
-            let unread = store.health.answering()
-                && ((phantoms > 0 && without_phantoms + cost as f64 <= p.limit as f64)
-                    || (unheard && self.read(shared.as_deref()) + cost as f64 <= p.limit as f64));
-            return Err(if unread {
-                Refusal::Unread
-            } else {
-                Refusal::Limit
-            });
-        }
-        if self.has(KeyFlags::SEEN_ENTRIES)
-            && let Some(shared) = shared
+        let refusal = if estimate + cost as f64 > p.limit as f64 {
+            Some(Refusal::Limit)
+        } else if self.has(KeyFlags::SEEN_ENTRIES)
+            && let Some(shared) = shared.as_deref_mut()
             && !self.within_budget(p, shared, window_start, now, cost, (phantoms, store.fleet))
         {
-            return Err(Refusal::Budget);
+            Some(Refusal::Budget)
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            return Err(self
+                .worth_a_read(
+                    p,
+                    shared.as_deref(),
+                    (window_start, now),
+                    (cost, phantoms, &refusal),
+                    store,
+                )
+                .map_or(refusal, |from| Refusal::Unread { from }));
         }
         Ok(estimate.ceil() as u64)
     }
@@ -541,8 +561,8 @@ enum Refusal {
     /// This instance's budget until its next reply is spent.
     Budget,
     /// Only what this instance assumes of the others and has not read leaves no room (see
-    /// `room_for`): reading the store tells.
-    Unread,
+    /// `room_for`): reading the store tells, from `from` on.
+    Unread { from: Nanos },
 }
 
 /// Why a fallback share denied a request.

@@ -133,10 +133,10 @@ pub(crate) fn far_below(
 }
 
 /// This instance's share of the key's demand: its demand over all live instances' (and the
-/// stale ones' the fleet has room for), the phantoms' taken as its own. A demand not known yet (a single hit so far) is taken to be
-/// like the others': this instance's for another instance, the average of the known ones for
-/// this instance (an even split when none is known), so that nobody takes the whole room, or
-/// none of it, for want of a rate.
+/// stale ones' the fleet has room for), the phantoms' taken as its own. A demand not known
+/// yet (a single hit so far) is taken to be like the others': this instance's for another
+/// instance, the average of the known ones for this instance (an even split when none is
+/// known), so that nobody takes the whole room, or none of it, for want of a rate.
 pub(crate) fn share(
     p: &SyncedParams,
     key: &KeyState,

@@ -51,6 +51,20 @@ impl SyncedParams {
         (super::READ_AHEAD_MARGIN.as_nanos() as u64).min(self.span_ns / 20)
     }
 
+    /// How long after a span boundary a read settles a key (see `KeyState::settles`): a
+    /// quarter span, ample for every instance's flush of the boundary to land, chunked
+    /// flushes of many keys included (a flush loop slower than that is behind anyway).
+    pub(crate) fn settle_margin(&self) -> Nanos {
+        self.span_ns / 4
+    }
+
+    /// Whether a limit leaves each of `parties` instances at least two requests a span: below
+    /// that it is too small to share (see `small`), and one instance's cold share is a large
+    /// part of it.
+    pub(crate) fn shareable(&self, parties: u64) -> bool {
+        self.limit >= 2 * parties * self.spans
+    }
+
     /// Whether the rule exchanges per-instance entries and budgets (`predictive`), rather
     /// than scaling its own count by the node estimate (`reactive`).
     pub(crate) fn predictive(&self) -> bool {

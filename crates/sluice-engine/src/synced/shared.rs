@@ -118,7 +118,8 @@ impl Shared {
     /// instance flushes a key at the first span boundary after it counts it, with its entry
     /// unless the key is far below its limit (and then its count is in the total read). So
     /// one whose entry is older than the last boundary whose flushes had all landed when this
-    /// instance last heard from the store ([`SyncedParams::read_ahead_margin`] before then)
+    /// instance last heard from the store ([`SyncedParams::settle_margin`] before then: a
+    /// reply may come well after its read, a chunked flush reads its last keys last)
     /// counted nothing between its entry and that boundary: its demand is taken from the
     /// boundary on, not over the quiet it kept (a client that bursts every few seconds,
     /// between bursts, was refused its next burst for demand extrapolated over the gap).
@@ -128,7 +129,7 @@ impl Shared {
         if o.unlisted() || self.in_grace(o.at.max(self.heard_at)) {
             return o.at;
         }
-        let landed = self.heard_at.saturating_sub(p.read_ahead_margin());
+        let landed = self.heard_at.saturating_sub(p.settle_margin());
         o.at.max(p.span_of(landed).saturating_mul(p.span_ns))
     }
 

@@ -475,3 +475,24 @@ fn only_rules_that_use_it_read_the_previous_windows_total_and_the_first_write_st
     reactive.params.policy = Policy::Reactive;
     assert_eq!(flushes(&reactive), [(true, true), (false, false)]);
 }
+
+#[test]
+fn refused_keys_ask_for_a_read_once_a_span_and_the_queue_of_early_syncs_is_bounded() {
+    // Three instances expected, a spray of new keys on this one: each key's cold share (1 per
+    // span here) runs out at its first request, which asks for an early sync; its next
+    // requests in the span ask nothing more, and the rule's queue stops at its bound.
+    let mut r = rule(12, 60 * SECOND, 0);
+    r.params.expected_instances = 3;
+    let fleet = StoreView::answering(3);
+    let t = 1_000 * 60 * SECOND;
+    let keys = super::EARLY_QUEUE_MAX + 100;
+    let mut queued = 0;
+    for k in 0..keys {
+        let key = format!("k{k}");
+        for _ in 0..3 {
+            queued += usize::from(r.check(&key, t, 1, fleet).2);
+        }
+    }
+    assert_eq!(queued, super::EARLY_QUEUE_MAX);
+    assert_eq!(r.early.lock().len(), super::EARLY_QUEUE_MAX);
+}

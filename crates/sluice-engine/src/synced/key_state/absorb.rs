@@ -162,10 +162,14 @@ impl KeyState {
             let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
             let budget = model::budget(p, self, x, window_start, now, (phantoms, store.fleet));
             x.set_budget(budget);
-            if !early && self.read_ahead_of_others(p, x, (budget, phantoms), now) {
+            if !early && self.read_ahead_of_others(p, x, budget, now) {
                 if p.span_of(now) as u16 != self.span {
                     // No check in this span yet: the early sync asked in the last one is
-                    // not this span's.
+                    // not this span's. The span starts here (a check must not start it again
+                    // and ask a second time).
+                    self.span = p.span_of(now) as u16;
+                    self.flags.insert(KeyFlags::SPAN_SET);
+                    self.span_count = 0;
                     self.activity.new_span();
                 }
                 self.activity.ask_early();
@@ -178,15 +182,12 @@ impl KeyState {
     /// boundaries, and the first to land reads the others as they were a span ago, taking
     /// their counts since from their demand. An early sync moments later reads them as they
     /// are (measured in the simulator: the warm windows of three instances at 2.4x the limit
-    /// with 3 spans went from up to 2.7% over to ...). The same holds while instances no
-    /// reply has listed yet are taken to count what this one does: read after the boundary's
-    /// flushes have landed, the key is settled and those that did not flush are known not to
-    /// count it (a client pinned to one instance is not refused for want of that read).
+    /// with 3 spans went from up to 2.7% over to ...).
     fn read_ahead_of_others(
         &self,
         p: &SyncedParams,
         shared: &Shared,
-        (budget, phantoms): (Budget, u64),
+        budget: Budget,
         now: Nanos,
     ) -> bool {
         let span_start = p.span_of(now).saturating_mul(p.span_ns);
@@ -196,15 +197,15 @@ impl KeyState {
             .live_others(p, now)
             .any(|o| !o.unlisted() && (last_boundary..span_start).contains(&o.at));
         let span_left = (span_start + p.span_ns).saturating_sub(now);
-        (behind || phantoms > 0) && f64::from(budget.amount) < self.demand.hits_in(span_left)
+        behind && f64::from(budget.amount) < self.demand.hits_in(span_left)
     }
 
     /// Whether a reply with entries settles whether the key is shared. With a fleet of
     /// several instances: once the reply lists all of them, or at the second reply to a
     /// span-boundary flush in the same window (by then every instance that counted the key in
-    /// the window before the last boundary has flushed it), or at a reply to an early sync
-    /// sent after such a reply and late enough in its span for every flush of the span's
-    /// boundary to have landed ([`SyncedParams::read_ahead_margin`]). With no fleet known:
+    /// the window before the last boundary has flushed it), or, once one such reply came, at
+    /// the reply to a read sent late enough in its span for every flush of the span's
+    /// boundary to have landed ([`SyncedParams::settle_margin`]). With no fleet known:
     /// once a reply shows another instance, or at the second reply.
     ///
     /// A reply to the flush at the window's own start does not count towards the two: nobody
@@ -231,15 +232,13 @@ impl KeyState {
             return true;
         }
         if flight.early {
-            // Not for a limit this small (under two requests per instance and span, see
-            // `small`): one more instance's cold share is a large part of it, and it would
-            // only be read at the next flush.
+            // Not for a limit too small to share: one more instance's cold share is a large
+            // part of it, and it would only be read at the next flush.
             let sent = flight.sent_at;
             let span_start = p.span_of(sent).saturating_mul(p.span_ns);
-            return p.limit >= 2 * parties * p.spans
+            return p.shareable(parties)
                 && self.activity.contains(Activity::BOUNDARY_REPLY)
-                && p.span_of(sent) == p.span_of(now)
-                && sent >= span_start + p.read_ahead_margin();
+                && sent >= span_start + p.settle_margin();
         }
         if p.span_of(now) == p.span_of(window_start) {
             return false;
