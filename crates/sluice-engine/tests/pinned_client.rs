@@ -68,12 +68,9 @@ async fn boundary(fleet: &Fleet, store_clock: &ManualClock, t: u64) {
     }
 }
 
-#[tokio::test]
-async fn a_client_pinned_to_one_instance_gets_the_limit_in_every_burst_once_the_others_are_known_idle()
- {
-    // 1,000 per minute, 6 spans, three instances; bursts of 1,200 at :01, :14 and :26, all on
-    // instance 0. The middle burst was refused entirely (333, 0, 667): two spans after the
-    // first, the two instances no reply had listed were still taken to hold 333 each.
+/// Three instances that announced themselves, 1,000 per minute with 6 spans, and the start
+/// of a window after its boundary's flushes.
+async fn three_instances() -> (Fleet, ManualClock, u64) {
     let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
     let store_clock = ManualClock::new(T0);
     let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
@@ -83,6 +80,16 @@ async fn a_client_pinned_to_one_instance_gets_the_limit_in_every_burst_once_the_
     }
     let start = T0 + 60 * SECOND;
     boundary(&fleet, &store_clock, start).await;
+    (fleet, store_clock, start)
+}
+
+#[tokio::test]
+async fn a_client_pinned_to_one_instance_gets_the_limit_in_every_burst_once_the_others_are_known_idle()
+ {
+    // 1,000 per minute, 6 spans, three instances; bursts of 1,200 at :01, :14 and :26, all on
+    // instance 0. The middle burst was refused entirely (333, 0, 667): two spans after the
+    // first, the two instances no reply had listed were still taken to hold 333 each.
+    let (fleet, store_clock, start) = three_instances().await;
     let first = burst(&fleet, &store_clock, start + SECOND, 1200, "pinned").await;
     boundary(&fleet, &store_clock, start + 10 * SECOND).await;
     let second = burst(&fleet, &store_clock, start + 14 * SECOND, 1200, "pinned").await;
@@ -105,15 +112,7 @@ async fn a_key_counted_by_another_instance_late_in_the_span_is_not_settled_as_al
     // The same key on instance 1 too: counted just before the boundary and flushed at it,
     // after instance 0's flush, and counted again during instance 0's second burst. Instance
     // 0's read after the boundary sees it and keeps sharing the key: the window holds.
-    let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
-    let store_clock = ManualClock::new(T0);
-    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
-    let fleet = Fleet::expecting(&rules, store, &[0, 0, 0], true, 3);
-    for i in &fleet.instances {
-        i.engine.announce().await;
-    }
-    let start = T0 + 60 * SECOND;
-    boundary(&fleet, &store_clock, start).await;
+    let (fleet, store_clock, start) = three_instances().await;
     let first = burst(&fleet, &store_clock, start + SECOND, 1200, "shared").await;
     // Instance 1 admits 50 just before the boundary.
     let t = start + 9 * SECOND;
