@@ -22,6 +22,7 @@ mod plot;
 mod report;
 mod run;
 mod scenario;
+mod tally;
 mod traffic;
 
 pub use plot::write_plots;

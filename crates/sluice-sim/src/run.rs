@@ -22,9 +22,9 @@ use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions, FlushReport};
 use sluice_store::MemoryStore;
 
-use crate::classes::WindowCount;
 use crate::report::{EstimateSample, PolicyReport, Report};
 use crate::scenario::Scenario;
+use crate::tally::{KeyCount, Tally};
 use crate::traffic::{Arrival, Generated, Rng, generate};
 
 /// The policies a scenario runs when it names none, in report order. Each is a rule's mode
@@ -129,88 +129,6 @@ impl NodeTimer<'_> {
     /// Its next event: the timer or an early sync.
     fn due(&self) -> u64 {
         self.early.map_or(self.next, |e| e.min(self.next))
-    }
-}
-
-/// The true count of one key in its current window.
-#[derive(Clone, Copy, Default)]
-struct KeyCount {
-    window: u64,
-    current: u64,
-    /// Asked for in the window (admitted or not).
-    offered: u64,
-    previous: u64,
-    seen: bool,
-    /// The key's first window: it had no request in the window before (a new key, a returning
-    /// one, a new user): every instance starts without news of the others.
-    first: bool,
-}
-
-struct Tally<'a> {
-    limit: u64,
-    busiest: u32,
-    over: Vec<f64>,
-    /// Over-admission of first windows (a subset of `over`) and of the others.
-    over_first: Vec<f64>,
-    over_warm: Vec<f64>,
-    over_by_window: BTreeMap<u64, f64>,
-    /// Admitted per window, all keys together.
-    admitted_by_window: BTreeMap<u64, u64>,
-    busiest_series: BTreeMap<u64, u64>,
-    counts: Vec<KeyCount>,
-    /// Every key-window's counts, for the figures per class: (key, counts).
-    closed: Vec<(u32, WindowCount)>,
-    first_window: u64,
-    attacks: &'a [(u32, u64)],
-    /// Per attack: when an admission first put the attacker's key over the limit, and how long
-    /// until its first denial after that (0 when it was denied before going over).
-    full_at: Vec<Option<u64>>,
-    reactions: Vec<Option<u64>>,
-}
-
-impl Tally<'_> {
-    fn close(&mut self, key: u32, c: KeyCount) {
-        if !c.seen {
-            return;
-        }
-        let pct = c.current.saturating_sub(self.limit) as f64 * 100.0 / self.limit as f64;
-        self.over.push(pct);
-        self.closed.push((
-            key,
-            WindowCount {
-                offered: c.offered,
-                admitted: c.current,
-            },
-        ));
-        if c.first {
-            self.over_first.push(pct);
-        } else {
-            self.over_warm.push(pct);
-        }
-        let rel = c.window - self.first_window;
-        let slot = self.over_by_window.entry(rel).or_default();
-        *slot = slot.max(pct);
-        if key == self.busiest {
-            self.busiest_series.insert(rel, c.current);
-        }
-    }
-
-    /// The key's count moved to `window`.
-    fn at(&mut self, key: u32, window: u64) -> &mut KeyCount {
-        let c = self.counts[key as usize];
-        if !c.seen || c.window != window {
-            self.close(key, c);
-            let follows = c.seen && c.window + 1 == window;
-            self.counts[key as usize] = KeyCount {
-                window,
-                current: 0,
-                offered: 0,
-                previous: if follows { c.current } else { 0 },
-                seen: true,
-                first: !follows,
-            };
-        }
-        &mut self.counts[key as usize]
     }
 }
 
