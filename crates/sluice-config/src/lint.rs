@@ -120,13 +120,6 @@ fn rule_warnings(config: &ServiceConfig, domain: &Domain, rule: &Rule, out: &mut
         ));
     }
     let synced = r.mode == Mode::Synced && window_algorithm;
-    if !synced && !r.cooldown.is_zero() {
-        warn(format!(
-            "`cooldown` applies only to synced rules with a window algorithm (a block after the store reports the key over its limit); this {} `{}` rule ignores it",
-            r.mode.name(),
-            r.algorithm.name()
-        ));
-    }
     if !synced && spec.settings.spans.is_some() {
         warn(format!(
             "`spans` applies only to synced rules with a window algorithm; this {} `{}` rule ignores it",

@@ -59,6 +59,9 @@ impl CellFor for crate::FixedWindow {
 impl CellFor for crate::SlidingWindow {
     type Cell = crate::cell::LockedCell<crate::SlidingWindowState>;
 }
+impl<A: CellFor> CellFor for crate::Cooldown<A> {
+    type Cell = crate::cell::LockedCell<crate::CooldownState<A::State>>;
+}
 impl CellFor for crate::SlidingLog {
     type Cell = crate::cell::LockedCell<crate::SlidingLogState>;
 }

@@ -34,8 +34,8 @@ mod keyed;
 mod rate;
 
 pub use algorithm::{
-    Algorithm, FixedWindow, FixedWindowState, Gcra, LeakyBucket, LeakyBucketState, LeakyQueue,
-    SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
+    Algorithm, Cooldown, CooldownState, FixedWindow, FixedWindowState, Gcra, LeakyBucket,
+    LeakyBucketState, LeakyQueue, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
 };
 pub use cell::{AtomicCell, LockedCell, StateCell};
 pub use clock::{Clock, ManualClock, Nanos, StdClock, SystemClock, duration_to_nanos};

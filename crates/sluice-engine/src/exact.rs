@@ -37,14 +37,17 @@ pub(crate) enum Asked {
 /// small to share.
 pub(crate) struct StoreDecisions {
     algorithm: ExactAlgorithm,
+    /// The rule's `cooldown`: a key the store denies is refused here at least this long.
+    cooldown_ns: u64,
     /// Keys denied by the store, and until when (store-corrected ns).
     over_limit: HashMap<String, AtomicU64, FastHasher>,
 }
 
 impl StoreDecisions {
-    pub(crate) fn new(algorithm: ExactAlgorithm) -> Self {
+    pub(crate) fn new(algorithm: ExactAlgorithm, cooldown_ns: u64) -> Self {
         Self {
             algorithm,
+            cooldown_ns,
             over_limit: HashMap::builder().hasher(FastHasher::default()).build(),
         }
     }
@@ -99,7 +102,12 @@ impl StoreDecisions {
             Err(_) => {}
         }
         match result {
-            Ok(Decision::Denied(d)) => {
+            Ok(Decision::Denied(mut d)) => {
+                // A cooldown blocks the key from this denial on, on this instance (each
+                // instance starts its own block at the first denial the store gives it).
+                let cooldown = Duration::from_nanos(self.cooldown_ns);
+                d.retry_after = d.retry_after.max(cooldown);
+                d.reset_after = d.reset_after.max(cooldown);
                 let until =
                     now.saturating_add(u64::try_from(d.retry_after.as_nanos()).unwrap_or(u64::MAX));
                 // The cache only saves store calls: at the key cap it stops growing.
@@ -174,7 +182,10 @@ impl ExactRule {
         let local_limit = (l / instances.max(1)).max(1);
         let fallback_rate = Rate::new(local_limit, limit.rate.window()).unwrap_or(limit.rate);
         Self {
-            decisions: StoreDecisions::new(algorithm),
+            decisions: StoreDecisions::new(
+                algorithm,
+                sluice_core::duration_to_nanos(limit.cooldown),
+            ),
             on_store_error: limit.on_store_error,
             fallback: KeyedLimiter::with_clock(FixedWindow::new(fallback_rate), clock),
         }

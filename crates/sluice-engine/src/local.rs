@@ -1,23 +1,38 @@
 //! `local` mode: the core keyed limiter, one per rule.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_config::{AlgorithmKind, ResolvedLimit};
 use sluice_core::{
-    Clock, Decision, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, LeakyQueue, Nanos, Rate,
-    SlidingLog, SlidingWindow,
+    CellFor, Clock, Cooldown, Decision, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, LeakyQueue,
+    Nanos, Rate, SlidingLog, SlidingWindow,
 };
 
 type SharedClock = Arc<dyn Clock>;
 
-/// One rule's in-process limiter.
+type Keyed<A> = KeyedLimiter<String, A, SharedClock>;
+
+/// One rule's in-process limiter; with a `cooldown`, the same algorithm under a
+/// [`Cooldown`] (a key it denies is refused for the cooldown from then, across windows).
 pub(crate) enum LocalLimiter {
-    Gcra(KeyedLimiter<String, Gcra, SharedClock>),
-    LeakyBucket(KeyedLimiter<String, LeakyBucket, SharedClock>),
-    LeakyQueue(KeyedLimiter<String, LeakyQueue, SharedClock>),
-    FixedWindow(KeyedLimiter<String, FixedWindow, SharedClock>),
-    SlidingWindow(KeyedLimiter<String, SlidingWindow, SharedClock>),
-    SlidingLog(KeyedLimiter<String, SlidingLog, SharedClock>),
+    Gcra(Keyed<Gcra>),
+    LeakyBucket(Keyed<LeakyBucket>),
+    LeakyQueue(Keyed<LeakyQueue>),
+    FixedWindow(Keyed<FixedWindow>),
+    SlidingWindow(Keyed<SlidingWindow>),
+    SlidingLog(Keyed<SlidingLog>),
+    Penalized(Penalized),
+}
+
+/// The algorithms under a cooldown.
+pub(crate) enum Penalized {
+    Gcra(Keyed<Cooldown<Gcra>>),
+    LeakyBucket(Keyed<Cooldown<LeakyBucket>>),
+    LeakyQueue(Keyed<Cooldown<LeakyQueue>>),
+    FixedWindow(Keyed<Cooldown<FixedWindow>>),
+    SlidingWindow(Keyed<Cooldown<SlidingWindow>>),
+    SlidingLog(Keyed<Cooldown<SlidingLog>>),
 }
 
 macro_rules! each {
@@ -29,8 +44,33 @@ macro_rules! each {
             LocalLimiter::FixedWindow($l) => $e,
             LocalLimiter::SlidingWindow($l) => $e,
             LocalLimiter::SlidingLog($l) => $e,
+            LocalLimiter::Penalized(Penalized::Gcra($l)) => $e,
+            LocalLimiter::Penalized(Penalized::LeakyBucket($l)) => $e,
+            LocalLimiter::Penalized(Penalized::LeakyQueue($l)) => $e,
+            LocalLimiter::Penalized(Penalized::FixedWindow($l)) => $e,
+            LocalLimiter::Penalized(Penalized::SlidingWindow($l)) => $e,
+            LocalLimiter::Penalized(Penalized::SlidingLog($l)) => $e,
         }
     };
+}
+
+/// A keyed limiter of `algorithm`, under a cooldown when `cooldown` is not zero.
+fn keyed<A: CellFor>(
+    algorithm: A,
+    cooldown: Duration,
+    clock: SharedClock,
+    plain: impl FnOnce(Keyed<A>) -> LocalLimiter,
+    penalized: impl FnOnce(Keyed<Cooldown<A>>) -> Penalized,
+) -> LocalLimiter {
+    const PRESIZE: usize = 1024;
+    if cooldown.is_zero() {
+        plain(KeyedLimiter::with_capacity(algorithm, clock, PRESIZE))
+    } else {
+        let algorithm = Cooldown::new(algorithm, cooldown);
+        LocalLimiter::Penalized(penalized(KeyedLimiter::with_capacity(
+            algorithm, clock, PRESIZE,
+        )))
+    }
 }
 
 /// The largest cost a rule with these settings admits at once (its bucket or its limit).
@@ -47,38 +87,50 @@ pub(crate) fn capacity_of(limit: &ResolvedLimit) -> u64 {
 
 impl LocalLimiter {
     pub(crate) fn new(limit: &ResolvedLimit, rate: Rate, clock: SharedClock) -> Self {
-        const PRESIZE: usize = 1024;
+        let c = limit.cooldown;
         match limit.algorithm {
-            AlgorithmKind::TokenBucket => Self::Gcra(KeyedLimiter::with_capacity(
+            AlgorithmKind::TokenBucket => keyed(
                 Gcra::with_burst(rate, limit.burst),
+                c,
                 clock,
-                PRESIZE,
-            )),
-            AlgorithmKind::LeakyBucket => Self::LeakyBucket(KeyedLimiter::with_capacity(
+                Self::Gcra,
+                Penalized::Gcra,
+            ),
+            AlgorithmKind::LeakyBucket => keyed(
                 LeakyBucket::new(rate, limit.burst),
+                c,
                 clock,
-                PRESIZE,
-            )),
-            AlgorithmKind::LeakyQueue => Self::LeakyQueue(KeyedLimiter::with_capacity(
+                Self::LeakyBucket,
+                Penalized::LeakyBucket,
+            ),
+            AlgorithmKind::LeakyQueue => keyed(
                 LeakyQueue::new(rate, limit.max_delay),
+                c,
                 clock,
-                PRESIZE,
-            )),
-            AlgorithmKind::SlidingWindow => Self::SlidingWindow(KeyedLimiter::with_capacity(
+                Self::LeakyQueue,
+                Penalized::LeakyQueue,
+            ),
+            AlgorithmKind::SlidingWindow => keyed(
                 SlidingWindow::new(rate),
+                c,
                 clock,
-                PRESIZE,
-            )),
-            AlgorithmKind::SlidingWindowLog => Self::SlidingLog(KeyedLimiter::with_capacity(
+                Self::SlidingWindow,
+                Penalized::SlidingWindow,
+            ),
+            AlgorithmKind::SlidingWindowLog => keyed(
                 SlidingLog::new(rate),
+                c,
                 clock,
-                PRESIZE,
-            )),
-            _ => Self::FixedWindow(KeyedLimiter::with_capacity(
+                Self::SlidingLog,
+                Penalized::SlidingLog,
+            ),
+            _ => keyed(
                 FixedWindow::new(rate),
+                c,
                 clock,
-                PRESIZE,
-            )),
+                Self::FixedWindow,
+                Penalized::FixedWindow,
+            ),
         }
     }
 

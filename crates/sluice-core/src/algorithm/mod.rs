@@ -5,12 +5,14 @@
 //! the next state. Nothing here reads a clock or touches shared memory; the caller (the keyed
 //! limiter, a store, a Lua script mirroring the same math) decides how the update is made atomic.
 
+mod cooldown;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
 mod sliding_log;
 mod sliding_window;
 
+pub use cooldown::{Cooldown, CooldownState};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState, LeakyQueue};

@@ -118,11 +118,14 @@ pub(crate) fn store_decisions(
     let calls = calls_per_second.max(1);
     let reserve = (calls / RETURNING_KEYS_RESERVE).max(1).min(calls - 1);
     usable.then(|| SmallLimit {
-        decisions: StoreDecisions::new(ExactAlgorithm::WindowCounter {
-            limit: p.limit,
-            window_us: p.window_ns / 1000,
-            sliding: p.sliding,
-        }),
+        decisions: StoreDecisions::new(
+            ExactAlgorithm::WindowCounter {
+                limit: p.limit,
+                window_us: p.window_ns / 1000,
+                sliding: p.sliding,
+            },
+            p.cooldown_ns,
+        ),
         open: CallBudget::new(calls - reserve),
         reserve: CallBudget::new(reserve),
         recent: std::sync::OnceLock::new(),
