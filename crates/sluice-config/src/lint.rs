@@ -69,6 +69,23 @@ pub fn warnings(config: &ServiceConfig) -> Vec<Warning> {
             }
         }
     }
+    for dir in &config.empty_rule_dirs {
+        out.push(Warning {
+            file: config.file.clone(),
+            position: None,
+            message: format!(
+                "rules: `{}` holds no rule file (`*.yaml` or `*.yml`), so it adds no rule; check the path (relative to this file) or the volume mounted there",
+                dir.display()
+            ),
+        });
+    }
+    if config.rules.domains().next().is_none() {
+        out.push(Warning {
+            file: config.file.clone(),
+            position: None,
+            message: "no rules (`allow_empty_rules: true`): every call is answered with \"unknown domain\" until a reload brings rules".to_owned(),
+        });
+    }
     // (A rule file served alone names its own domain for the API: not a choice to check.)
     let rule_file_alone = config.rule_paths.first() == Some(&config.file);
     if let Some(domain) = config.rules.domain(&config.api_domain)

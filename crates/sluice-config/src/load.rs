@@ -90,6 +90,8 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             listen: Listen::default(),
             rule_paths: vec![file.to_path_buf()],
             rules: RuleSet::new(vec![domain])?,
+            empty_rule_dirs: Vec::new(),
+            allow_empty_rules: false,
             defaults: Default::default(),
             api_domain,
             adhoc_max_keys: crate::service::DEFAULT_ADHOC_MAX_KEYS,
@@ -109,7 +111,36 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             geoip: None,
         });
     }
-    parse_service(file, &text)
+    let config = parse_service(file, &text)?;
+    if config.rules.domains().next().is_none() && !config.allow_empty_rules {
+        return Err(ConfigError::Invalid {
+            file: file.to_path_buf(),
+            line: 1,
+            column: 1,
+            message: no_rules(&config),
+        });
+    }
+    Ok(config)
+}
+
+/// Why a `sluice.yaml` loaded no rule, and what to write instead: a service without rules
+/// answers every call with "unknown domain".
+fn no_rules(config: &ServiceConfig) -> String {
+    let served = "a service without rules answers every call with \"unknown domain\"; set `allow_empty_rules: true` to start one anyway";
+    if config.rule_paths.is_empty() {
+        return format!(
+            "no rules: add `rules: [rules/]` (a directory of rule files, relative to this file) or run with a rule file as the config; {served}"
+        );
+    }
+    let named: Vec<String> = config
+        .rule_paths
+        .iter()
+        .map(|p| format!("`{}`", p.display()))
+        .collect();
+    format!(
+        "no rules: `rules` names {} and no rule file is there (a directory is read for `*.yaml` and `*.yml` files); check the path or the volume mounted there; {served}",
+        named.join(", ")
+    )
 }
 
 /// Parses a `sluice.yaml` from text; `file` names it in errors and anchors relative `rules:`

@@ -71,6 +71,7 @@ pub(crate) struct RawServiceFile {
     #[serde(default)]
     pub listen: RawListen,
     pub rules: Option<Vec<Spanned<String>>>,
+    pub allow_empty_rules: Option<bool>,
     #[serde(default)]
     pub defaults: RawDefaults,
     #[serde(default)]

@@ -61,6 +61,11 @@ pub struct ServiceConfig {
     pub rule_paths: Vec<PathBuf>,
     /// The loaded rules.
     pub rules: RuleSet,
+    /// Entries of `rules:` that named a directory holding no rule file (a warning).
+    pub empty_rule_dirs: Vec<PathBuf>,
+    /// Whether a config without any rule may load (`allow_empty_rules`, default `false`):
+    /// such a service answers every call with "unknown domain".
+    pub allow_empty_rules: bool,
     /// Settings for rules that do not set them.
     pub defaults: RuleSettings,
     /// Domain of `/v1/acquire` and `/v1/refill`.
@@ -245,6 +250,7 @@ impl ServiceConfig {
         let rule_entries = raw.rules.clone().unwrap_or_default();
         let rule_paths: Vec<PathBuf> = rule_entries.iter().map(|p| base.join(&p.value)).collect();
         let mut domains = Vec::new();
+        let mut empty_rule_dirs = Vec::new();
         for (entry, path) in rule_entries.iter().zip(&rule_paths) {
             let files = crate::load::rule_files(path).map_err(|e| {
                 Located::at(
@@ -256,6 +262,9 @@ impl ServiceConfig {
                 )
                 .in_file(file)
             })?;
+            if files.is_empty() {
+                empty_rule_dirs.push(path.clone());
+            }
             for f in files {
                 domains.push(crate::load::load_domain_file(&f)?);
             }
@@ -371,6 +380,8 @@ impl ServiceConfig {
             listen,
             rule_paths,
             rules,
+            empty_rule_dirs,
+            allow_empty_rules: raw.allow_empty_rules.unwrap_or(false),
             defaults,
             api_domain,
             adhoc_max_keys,
