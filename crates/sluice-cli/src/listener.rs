@@ -213,13 +213,22 @@ pub(crate) fn connection_budget(limits: &ListenerLimits, api_listeners: usize) -
         .unwrap_or(usize::MAX)
         .max(1);
     if per_listener < limits.max_connections {
-        tracing::warn!(
-            open_files = available,
-            listeners = api_listeners,
-            configured = limits.max_connections,
-            used = per_listener,
-            "listeners.max_connections does not fit the open-file limit; each API listener takes fewer so that admin keeps answering (raise `ulimit -n`)"
-        );
+        if limits.max_connections_written {
+            tracing::warn!(
+                open_files = available,
+                listeners = api_listeners,
+                configured = limits.max_connections,
+                used = per_listener,
+                "listeners.max_connections does not fit the open-file limit; each API listener takes fewer so that admin keeps answering (raise the hard limit: `LimitNOFILE=` in a systemd unit, `ulimit -Hn` as root)"
+            );
+        } else {
+            tracing::info!(
+                open_files = available,
+                listeners = api_listeners,
+                used = per_listener,
+                "each API listener takes at most this many connections, to fit the open-file limit"
+            );
+        }
         return per_listener;
     }
     limits.max_connections

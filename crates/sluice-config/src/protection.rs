@@ -17,6 +17,9 @@ pub struct ListenerLimits {
     /// Open connections per listener (`max_connections`, default 10,000); more are closed as
     /// soon as they are accepted. Each gateway counts as one listener over all its workers.
     pub max_connections: usize,
+    /// Whether `max_connections` was written in the file: a default that does not fit the
+    /// open-file limit is fitted to it quietly, a written one that does not fit is a warning.
+    pub max_connections_written: bool,
     /// Open connections on the admin listener (`admin_max_connections`, default 64), kept
     /// apart so that `/healthz` answers while the others are flooded.
     pub admin_max_connections: usize,
@@ -58,6 +61,7 @@ impl Default for ListenerLimits {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_written: false,
             admin_max_connections: 64,
             max_requests_in_flight: 4_096,
             body_read_timeout: Duration::from_secs(10),
@@ -136,6 +140,7 @@ pub(crate) fn parse_listeners(raw: &RawListeners) -> Result<ListenerLimits, Loca
             d.max_connections,
             1,
         )?,
+        max_connections_written: raw.max_connections.is_some(),
         admin_max_connections: count(
             "admin_max_connections",
             raw.admin_max_connections.as_ref(),
