@@ -127,8 +127,8 @@ impl Service {
         let old = self.engine.load_full();
         let new = old.reload(&config.rules, &config.defaults);
         *self.rules_text.lock() = crate::check::render(&config);
-        let kept = new.shared_rules(&old);
-        let domains = config.rules.domains().count();
+        let summary = new.reload_summary();
+        let (kept, domains) = (summary.kept, summary.domains);
         // Counts of rules that went away still reach the store: the flusher keeps sweeping
         // them until the requests holding the old engine are done.
         self.engine.store(Arc::new(new));
@@ -146,8 +146,7 @@ impl Service {
         }
         *running = crate::reload::in_effect(&running, &config);
         metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
-        let mut message =
-            format!("reloaded {domains} domains; {kept} unchanged rules kept their counters");
+        let mut message = summary.to_string();
         if !changes.applied.is_empty() {
             message.push_str(&format!("; applied: {}", changes.applied.join(", ")));
         }

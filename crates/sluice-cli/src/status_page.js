@@ -64,7 +64,7 @@
       const d = rule.decisions;
       const line = h('p', {}, `${rule.mode}${policy}, ${limit}; ${rule.tracked_keys} keys tracked here. Now: `,
         h('b', {}, f1(rates.now.allowed)), ' allowed/s, ', h('b', { class: 'bad' }, f1(rates.now.denied)),
-        ` denied/s, ${f1(rates.now.shadow_denied)} shadow-denied/s (since loaded: ${d.allowed} allowed, ${d.denied} denied, ${d.shadow_denied} shadow-denied) `,
+        ` denied/s, ${f1(rates.now.shadow_denied)} shadow-denied/s (since started: ${d.allowed} allowed, ${d.denied} denied, ${d.shadow_denied} shadow-denied) `,
         spark(rates.history));
       const article = h('article', { class: 'rule' }, title, line);
       if (rule.heavy_keys.length === 0) {

@@ -124,7 +124,7 @@ pub(crate) fn render(status: &Status) -> String {
         };
         let _ = write!(
             body,
-            r#"<article class="rule"><h3><code>{domain}</code> {id}{name}{shadow}</h3><p>{mode}{policy}, {limit}; {tracked} keys tracked here. Now: <b>{a:.1}</b> allowed/s, <b class="bad">{d:.1}</b> denied/s, {sd:.1} shadow-denied/s (since loaded: {ta} allowed, {td} denied, {tsd} shadow-denied) {spark}</p>"#,
+            r#"<article class="rule"><h3><code>{domain}</code> {id}{name}{shadow}</h3><p>{mode}{policy}, {limit}; {tracked} keys tracked here. Now: <b>{a:.1}</b> allowed/s, <b class="bad">{d:.1}</b> denied/s, {sd:.1} shadow-denied/s (since started: {ta} allowed, {td} denied, {tsd} shadow-denied) {spark}</p>"#,
             domain = escape(&rule.domain),
             id = escape(&rule.id),
             name = rule

@@ -146,7 +146,7 @@ fn a_database_that_cannot_be_loaded_stops_the_start_with_its_path() {
     std::fs::write(
         &config,
         format!(
-            "listen: {{ http: 127.0.0.1:{}, grpc: 127.0.0.1:{}, admin: 127.0.0.1:{} }}\ngeoip: {{ databases: [country.mmdb] }}\n",
+            "listen: {{ http: 127.0.0.1:{}, grpc: 127.0.0.1:{}, admin: 127.0.0.1:{} }}\ngeoip: {{ databases: [country.mmdb] }}\nallow_empty_rules: true\n",
             free_port(),
             free_port(),
             free_port()

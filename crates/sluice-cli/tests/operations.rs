@@ -259,7 +259,7 @@ fn the_status_shows_who_is_denied_escaped_and_sluice_status_prints_it() {
         "the key is shown escaped"
     );
     assert!(
-        page.contains("since loaded: 5 allowed, 197 denied"),
+        page.contains("since started: 5 allowed, 197 denied"),
         "{page}"
     );
 
@@ -343,7 +343,7 @@ fn a_real_browser_shows_the_denied_key_with_the_figures_of_status_json() {
     let status = status_json(&serve);
     let rule = &status["rules"][0];
     let figures = format!(
-        "since loaded: {} allowed, {} denied",
+        "since started: {} allowed, {} denied",
         rule["decisions"]["allowed"], rule["decisions"]["denied"]
     );
     assert!(dom.contains(&figures), "{figures} not in the page:\n{dom}");

@@ -169,6 +169,38 @@ where
         before.saturating_sub(self.map.len())
     }
 
+    /// Takes over the keys of `from` (a limiter built for settings a reload replaced): each
+    /// key's state, as `carry` maps it, unless it is idle at `now` or `carry` says it starts
+    /// over. Returns how many keys carried over.
+    pub fn carry_from<B, C2>(
+        &self,
+        from: &KeyedLimiter<K, B, C2>,
+        now: Nanos,
+        carry: impl Fn(B::State) -> Option<A::State>,
+    ) -> usize
+    where
+        K: Clone,
+        A::State: Clone,
+        B: CellFor,
+        B::State: Clone,
+    {
+        let mut carried = 0;
+        let (theirs, ours) = (from.map.pin(), self.map.pin());
+        for (key, cell) in theirs.iter() {
+            let state = cell.transition(|s| (s.clone(), s));
+            if from.algorithm.is_idle(&state, now) {
+                continue;
+            }
+            if let Some(state) = carry(state) {
+                let cell = <A as CellFor>::Cell::default();
+                cell.transition(|_| ((), state.clone()));
+                ours.insert(key.clone(), cell);
+                carried += 1;
+            }
+        }
+        carried
+    }
+
     /// Forgets `key` (it starts over as a fresh key); returns whether it was tracked.
     pub fn remove<Q>(&self, key: &Q) -> bool
     where

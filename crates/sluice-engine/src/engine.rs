@@ -158,6 +158,27 @@ impl Engine {
         }
     }
 
+    /// What the reload that built this engine did to each rule's counters.
+    pub fn reload_summary(&self) -> crate::ReloadSummary {
+        let mut summary = crate::ReloadSummary {
+            domains: self.table.domains_sorted().len(),
+            ..Default::default()
+        };
+        for (_, domain) in self.table.domains_sorted() {
+            for rule in &domain.rules {
+                // Rule ids name their domain (`edge/user`).
+                let id = || rule.id.to_string();
+                match rule.lineage {
+                    crate::Lineage::New => summary.new += 1,
+                    crate::Lineage::Kept => summary.kept += 1,
+                    crate::Lineage::Carried => summary.carried.push(id()),
+                    crate::Lineage::StartedOver(why) => summary.started_over.push((id(), why)),
+                }
+            }
+        }
+        summary
+    }
+
     /// How many rules of `other` share their counters with this engine (kept by a reload).
     pub fn shared_rules(&self, other: &Engine) -> usize {
         self.table

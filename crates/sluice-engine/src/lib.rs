@@ -32,6 +32,7 @@ mod exact;
 mod flusher;
 mod health;
 mod heavy;
+mod lineage;
 mod local;
 mod rule;
 mod sketch;
@@ -49,6 +50,7 @@ pub use flusher::{
     EARLY_SYNC_DELAY, FlushReport, FlushSummary, Spill, StateDir, StateError, run_flush_loop,
 };
 pub use heavy::{DecisionCounts, HEAVY_SAMPLE, HEAVY_SLOTS, display_key};
+pub use lineage::{Lineage, ReloadSummary};
 pub use status::{EngineStatus, KeyReport, RuleReport, StoreStatus};
 pub use synced::SMALL_LIMIT_SHARES;
 pub use telemetry::{

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sluice_config::{AlgorithmKind, ResolvedLimit};
 use sluice_core::{
-    CellFor, Clock, Cooldown, Decision, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, LeakyQueue,
-    Nanos, Rate, SlidingLog, SlidingWindow,
+    Algorithm as _, CellFor, Clock, Cooldown, Decision, FixedWindow, Gcra, KeyedLimiter,
+    LeakyBucket, LeakyQueue, Nanos, Rate, SlidingLog, SlidingWindow,
 };
 
 type SharedClock = Arc<dyn Clock>;
@@ -132,6 +132,52 @@ impl LocalLimiter {
                 Penalized::FixedWindow,
             ),
         }
+    }
+
+    /// Takes over what each key of `old` (this rule's limiter before a reload changed its
+    /// limit, burst or cooldown) has used. `None` when nothing carries: another algorithm.
+    /// Keys of another window length start over (none carried).
+    pub(crate) fn carry_from(&self, old: &LocalLimiter, now: Nanos) -> Option<usize> {
+        use LocalLimiter as L;
+        use Penalized as P;
+        macro_rules! carry {
+            ($($alg:ident),*) => {
+                match (self, old) {
+                    $(
+                        (L::$alg(new), L::$alg(old)) => Some(new.carry_from(old, now, |s| {
+                            new.algorithm().carry(old.algorithm(), s, now)
+                        })),
+                        (L::Penalized(P::$alg(new)), L::Penalized(P::$alg(old))) => {
+                            Some(new.carry_from(old, now, |s| {
+                                new.algorithm().carry(old.algorithm(), s, now)
+                            }))
+                        }
+                        // A cooldown added: no block yet.
+                        (L::Penalized(P::$alg(new)), L::$alg(old)) => {
+                            Some(new.carry_from(old, now, |s| {
+                                let inner = new.algorithm().inner().carry(old.algorithm(), s, now)?;
+                                Some(sluice_core::CooldownState { inner, blocked_until: 0 })
+                            }))
+                        }
+                        // A cooldown removed: its blocks go with it.
+                        (L::$alg(new), L::Penalized(P::$alg(old))) => {
+                            Some(new.carry_from(old, now, |s| {
+                                new.algorithm().carry(old.algorithm().inner(), s.inner, now)
+                            }))
+                        }
+                    )*
+                    _ => None,
+                }
+            };
+        }
+        carry!(
+            Gcra,
+            LeakyBucket,
+            LeakyQueue,
+            FixedWindow,
+            SlidingWindow,
+            SlidingLog
+        )
     }
 
     pub(crate) fn check(&self, key: &str, now: Nanos, cost: u64) -> Decision {

@@ -15,6 +15,7 @@ use crate::descriptor_key::with_key;
 use crate::exact::{Asked, ExactRule};
 use crate::flusher::{Flusher, count_store_error};
 use crate::health::StoreView;
+use crate::lineage::Lineage;
 use crate::local::LocalLimiter;
 use crate::sketch::OverflowSketch;
 use crate::synced::SyncedRule;
@@ -51,16 +52,50 @@ pub(crate) struct RuleEngine {
     /// Last span number flushed (synced rules).
     pub flushed_span: AtomicU64,
     pub allowed: metrics::Counter,
-    /// Decisions and heaviest keys, for the status page.
-    pub stats: crate::heavy::RuleStats,
+    /// Decisions and heaviest keys, for the status page (kept across reloads).
+    pub stats: Arc<crate::heavy::RuleStats>,
     /// Per-value counts (`detailed_metric: true`).
-    pub detailed: Option<crate::detailed::DetailedStats>,
+    pub detailed: Option<Arc<crate::detailed::DetailedStats>>,
+    /// What the last reload did to the rule's counters.
+    pub lineage: Lineage,
     /// `share_threshold`: entries whose value counts as their wildcard pattern.
     pub shared: Box<[(usize, Box<str>)]>,
     /// `quota_mode`.
     pub quota: bool,
     /// The descriptor's `metadata`, for Envoy's dynamic metadata.
     pub metadata: Option<Arc<serde_json::Value>>,
+}
+
+/// After a reload that changed a rule's settings (now `settings`, its new limiter `kind`):
+/// takes over what each key of the rule as it was (`before`) used, where the new settings
+/// allow, and says what happened.
+pub(crate) fn carry(
+    before: &RuleEngine,
+    (kind, settings): (&RuleKind, Option<&ResolvedLimit>),
+    options: &crate::EngineOptions,
+    now: Nanos,
+) -> Lineage {
+    let (Some(new), Some(old)) = (settings, &before.settings) else {
+        return Lineage::StartedOver("limited or unlimited");
+    };
+    if new.rate.window() != old.rate.window() {
+        return Lineage::StartedOver("window changed");
+    }
+    if new.algorithm != old.algorithm {
+        return Lineage::StartedOver("algorithm changed");
+    }
+    if crate::table::runs_as(new, options) != crate::table::runs_as(old, options) {
+        return Lineage::StartedOver("mode changed");
+    }
+    match (kind, &*before.kind) {
+        (RuleKind::Local(new), RuleKind::Local(old)) => match new.carry_from(old, now) {
+            Some(_) => Lineage::Carried,
+            None => Lineage::StartedOver("algorithm changed"),
+        },
+        // The store's counters are the rule's (named by its id): the new limiter reads what
+        // each key used at its next flush or store call.
+        _ => Lineage::Carried,
+    }
 }
 
 impl RuleEngine {

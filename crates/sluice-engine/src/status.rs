@@ -60,7 +60,7 @@ pub struct RuleReport {
     pub window_s: Option<f64>,
     /// Shadow mode: denials are counted, never enforced.
     pub shadow: bool,
-    /// Decisions since the rule was loaded (a reload that changes the rule starts again).
+    /// Decisions since the rule first loaded in this process (reloads keep them).
     pub decisions: DecisionCounts,
     /// Keys the rule tracks on this instance.
     pub tracked_keys: usize,

@@ -12,6 +12,7 @@ use sluice_core::Clock;
 
 use crate::EngineOptions;
 use crate::exact::ExactRule;
+use crate::lineage::Lineage;
 use crate::local::LocalLimiter;
 use crate::rule::{RuleEngine, RuleKind};
 use crate::synced::{SyncedParams, SyncedRule};
@@ -41,6 +42,7 @@ impl RuleTable {
         previous: Option<&RuleTable>,
     ) -> Self {
         let mut domains = HashMap::default();
+        let now = clock.now();
         for domain in rules.domains() {
             let engines = domain
                 .rules()
@@ -50,12 +52,8 @@ impl RuleTable {
                         Limit::Unlimited | Limit::Blocked(_) => None,
                         Limit::Limited(spec) => Some(spec.resolve(defaults)),
                     };
-                    let kept = previous.and_then(|p| {
-                        p.rules()
-                            .find(|r| *r.id == *rule.id && r.settings == settings)
-                            .map(|r| (Arc::clone(&r.kind), r.policy))
-                    });
-                    rule_engine(domain, rule, settings, kept, clock, options)
+                    let before = previous.and_then(|p| p.rules().find(|r| *r.id == *rule.id));
+                    rule_engine(domain, rule, settings, before, clock, (options, now))
                 })
                 .collect();
             let table = DomainTable {
@@ -117,19 +115,24 @@ impl RuleTable {
 }
 
 /// The mode a rule runs in here: `synced` needs a shared store and a window algorithm.
-fn effective_mode(rule: &Rule, r: &ResolvedLimit, options: &EngineOptions) -> Mode {
+pub(crate) fn runs_as(r: &ResolvedLimit, options: &EngineOptions) -> Mode {
     let window_algorithm = matches!(
         r.algorithm,
         AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow
     );
     match r.mode {
-        Mode::Synced if !options.shared_store => Mode::Local,
-        Mode::Synced if !window_algorithm => {
-            tracing::warn!(rule = %rule.id, algorithm = r.algorithm.name(), "synced mode counts windows; this algorithm runs locally on each instance");
-            Mode::Local
-        }
+        Mode::Synced if !options.shared_store || !window_algorithm => Mode::Local,
         m => m,
     }
+}
+
+/// [`runs_as`], saying so when a synced rule's algorithm makes it run locally.
+fn effective_mode(rule: &Rule, r: &ResolvedLimit, options: &EngineOptions) -> Mode {
+    let mode = runs_as(r, options);
+    if r.mode == Mode::Synced && mode == Mode::Local && options.shared_store {
+        tracing::warn!(rule = %rule.id, algorithm = r.algorithm.name(), "synced mode counts windows; this algorithm runs locally on each instance");
+    }
+    mode
 }
 
 /// A rule's limiter and its policy's name.
@@ -175,11 +178,16 @@ fn rule_engine(
     domain: &Domain,
     rule: &Rule,
     settings: Option<ResolvedLimit>,
-    kept: Option<(Arc<RuleKind>, &'static str)>,
+    before: Option<&RuleEngine>,
     clock: &Arc<dyn Clock>,
-    options: &EngineOptions,
+    (options, now): (&EngineOptions, sluice_core::Nanos),
 ) -> RuleEngine {
-    // A kept rule keeps its limiter (and counters); only a new or changed one builds its own.
+    // A rule whose settings did not change keeps its limiter (and counters); a new or changed
+    // one builds its own.
+    let kept = before
+        .filter(|r| r.settings == settings)
+        .map(|r| (Arc::clone(&r.kind), r.policy));
+    let is_kept = kept.is_some();
     let (kind, policy) = match (kept, &settings) {
         (Some(kept), _) => kept,
         (None, None) => match rule.limit {
@@ -190,6 +198,11 @@ fn rule_engine(
             let (kind, policy) = limiter(rule, r, clock, options);
             (Arc::new(kind), policy)
         }
+    };
+    let lineage = match before {
+        None => Lineage::New,
+        Some(_) if is_kept => Lineage::Kept,
+        Some(before) => crate::rule::carry(before, (&kind, settings.as_ref()), options, now),
     };
     let allowed = counter!("sluice_decisions_total", "domain" => domain.name().to_owned(), "rule" => rule.id.clone(), "outcome" => "allowed", "reason" => "");
     RuleEngine {
@@ -212,10 +225,15 @@ fn rule_engine(
         overflow: std::sync::OnceLock::new(),
         flushed_span: AtomicU64::new(0),
         allowed,
-        stats: crate::heavy::RuleStats::default(),
-        detailed: rule
-            .detailed_metric
-            .then(|| crate::detailed::DetailedStats::new(domain.name(), &rule.id)),
+        // The status page's figures belong to the rule, not to its limiter: kept by every
+        // reload that keeps the rule's id.
+        stats: before.map_or_else(Default::default, |r| Arc::clone(&r.stats)),
+        detailed: rule.detailed_metric.then(|| {
+            before.and_then(|r| r.detailed.clone()).unwrap_or_else(|| {
+                Arc::new(crate::detailed::DetailedStats::new(domain.name(), &rule.id))
+            })
+        }),
+        lineage,
         shared: rule
             .shared_values
             .iter()

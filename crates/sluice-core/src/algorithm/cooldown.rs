@@ -113,6 +113,14 @@ impl<A: Algorithm> Algorithm for Cooldown<A> {
     fn is_idle(&self, state: &Self::State, now: Nanos) -> bool {
         now >= state.blocked_until && self.inner.is_idle(&state.inner, now)
     }
+
+    fn carry(&self, from: &Self, state: Self::State, now: Nanos) -> Option<Self::State> {
+        // A block already earned stays, whatever the new cooldown.
+        Some(CooldownState {
+            inner: self.inner.carry(&from.inner, state.inner, now)?,
+            blocked_until: state.blocked_until,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -77,4 +77,8 @@ impl Algorithm for FixedWindow {
     fn is_idle(&self, state: &FixedWindowState, now: Nanos) -> bool {
         state.count == 0 || now / self.rate.window_ns() > state.window
     }
+
+    fn carry(&self, from: &Self, state: FixedWindowState, _now: Nanos) -> Option<FixedWindowState> {
+        (self.rate.window_ns() == from.rate.window_ns()).then_some(state)
+    }
 }

@@ -85,4 +85,13 @@ impl Algorithm for Gcra {
     fn is_idle(&self, tat: &Nanos, now: Nanos) -> bool {
         *tat <= now
     }
+
+    fn carry(&self, from: &Self, tat: Nanos, now: Nanos) -> Option<Nanos> {
+        Some(crate::algorithm::rescale(
+            tat,
+            now,
+            from.emission_ns,
+            self.emission_ns,
+        ))
+    }
 }

@@ -80,6 +80,17 @@ impl Algorithm for LeakyBucket {
     fn is_idle(&self, state: &LeakyBucketState, now: Nanos) -> bool {
         state.updated.saturating_add(state.level_ns) <= now
     }
+
+    fn carry(&self, from: &Self, state: LeakyBucketState, now: Nanos) -> Option<LeakyBucketState> {
+        let at = now.max(state.updated);
+        let level = state.level_ns.saturating_sub(at - state.updated);
+        let empty_at =
+            crate::algorithm::rescale(at.saturating_add(level), at, from.drain_ns, self.drain_ns);
+        Some(LeakyBucketState {
+            updated: at,
+            level_ns: empty_at - at,
+        })
+    }
 }
 
 /// Leaky bucket as a queue: requests are never denied while the queue has room; each gets a
@@ -156,5 +167,14 @@ impl Algorithm for LeakyQueue {
 
     fn is_idle(&self, free_at: &Nanos, now: Nanos) -> bool {
         *free_at <= now
+    }
+
+    fn carry(&self, from: &Self, free_at: Nanos, now: Nanos) -> Option<Nanos> {
+        Some(crate::algorithm::rescale(
+            free_at,
+            now,
+            from.drain_ns,
+            self.drain_ns,
+        ))
     }
 }

@@ -43,6 +43,24 @@ pub trait Algorithm: Send + Sync {
     /// Whether a key in `state` is indistinguishable from a key never seen at `now`, so that it
     /// can be forgotten without changing any future decision.
     fn is_idle(&self, state: &Self::State, now: Nanos) -> bool;
+
+    /// A key's `state` under `from`'s settings, as a state of this algorithm's: what the key
+    /// has used carried over (a reload that changes a limit). `None` when nothing carries
+    /// (another window length): the key starts over.
+    fn carry(&self, from: &Self, state: Self::State, now: Nanos) -> Option<Self::State> {
+        let _ = (from, state, now);
+        None
+    }
+}
+
+/// A time `point` ahead of `now` measured in `from_ns` units, rescaled to `to_ns` units (a
+/// bucket's backlog under a new rate); a point at or before `now` stays.
+pub(crate) fn rescale(point: Nanos, now: Nanos, from_ns: u64, to_ns: u64) -> Nanos {
+    if point <= now || from_ns == 0 {
+        return point;
+    }
+    let ahead = u128::from(point - now) * u128::from(to_ns) / u128::from(from_ns);
+    now.saturating_add(u64::try_from(ahead).unwrap_or(u64::MAX))
 }
 
 /// Saturating `a * b` in nanoseconds.

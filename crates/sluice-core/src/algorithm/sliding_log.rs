@@ -116,4 +116,8 @@ impl Algorithm for SlidingLog {
             .back()
             .is_none_or(|&(t, _)| t.saturating_add(self.rate.window_ns()) <= now)
     }
+
+    fn carry(&self, from: &Self, state: SlidingLogState, _now: Nanos) -> Option<SlidingLogState> {
+        (self.rate.window_ns() == from.rate.window_ns()).then_some(state)
+    }
 }

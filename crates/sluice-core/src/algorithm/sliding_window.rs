@@ -124,4 +124,13 @@ impl Algorithm for SlidingWindow {
             || idx >= state.window.saturating_add(2)
             || (idx == state.window + 1 && state.current == 0)
     }
+
+    fn carry(
+        &self,
+        from: &Self,
+        state: SlidingWindowState,
+        _now: Nanos,
+    ) -> Option<SlidingWindowState> {
+        (self.rate.window_ns() == from.rate.window_ns()).then_some(state)
+    }
 }
