@@ -169,10 +169,16 @@ pub(crate) fn render(s: &Value) -> String {
             // Keys come from traffic: control characters are shown escaped, never sent to
             // the terminal.
             let key: String = num(&k["key"]).escape_debug().collect();
+            // A busy rule's counts come from a sample: `~` marks them as estimates.
+            let about = if k["estimated"] == Value::Bool(true) {
+                "~"
+            } else {
+                ""
+            };
             rows.push(vec![
                 key,
-                num(&k["requests"]),
-                num(&k["denied"]),
+                format!("{about}{}", num(&k["requests"])),
+                format!("{about}{}", num(&k["denied"])),
                 format!("{} / {}", num(&k["used"]), num(&r["limit"])),
                 if k["blocked"] == Value::Bool(true) {
                     "blocked".into()

@@ -75,7 +75,9 @@
           const used = k.used === null ? '-' : rule.limit === null ? `${k.used}` : `${k.used} / ${rule.limit}`;
           const near = k.used !== null && rule.limit !== null && k.used * 10 >= rule.limit * 8;
           const state = k.blocked ? h('td', { class: 'bad' }, 'blocked') : near ? h('td', { class: 'warn' }, 'near limit') : h('td', {}, 'ok');
-          table.append(row([h('td', {}, h('code', {}, k.key)), k.requests, k.denied, used, state]));
+          // A busy rule's counts come from a sample: marked as estimates.
+          const about = k.estimated ? '~' : '';
+          table.append(row([h('td', {}, h('code', {}, k.key)), `${about}${k.requests}`, `${about}${k.denied}`, used, state]));
         }
         article.append(table);
       }

@@ -163,9 +163,15 @@ pub(crate) fn render(status: &Status) -> String {
                     (false, true) => "<td class=\"warn\">near limit</td>",
                     _ => "<td>ok</td>",
                 };
+                // A busy rule's counts come from a sample: marked as estimates.
+                let about = if k.estimated {
+                    "<span title=\"estimated from a sample\">~</span>"
+                } else {
+                    ""
+                };
                 let _ = write!(
                     body,
-                    "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>{}</tr>",
+                    "<tr><td><code>{}</code></td><td>{about}{}</td><td>{about}{}</td><td>{}</td>{}</tr>",
                     escape(&k.key),
                     k.requests,
                     k.denied,

@@ -198,8 +198,7 @@ descriptors:
 }
 
 /// A `sluice serve` with the per-user rule, after one user (`EVIL`) sent 200 requests and two
-/// others one each. The heavy-hitters sketch samples one request in 8 at random: the chance
-/// that none of 200 is sampled is below 1e-11.
+/// others one each: a rule this quiet counts every request of its heavy keys.
 fn serve_with_a_denied_key(name: &str) -> Serve {
     // Keys in full: this test is about escaping them (masking is admin_exposure.rs's).
     let serve = Serve::start_with(
@@ -246,7 +245,20 @@ fn the_status_shows_who_is_denied_escaped_and_sluice_status_prints_it() {
     assert_eq!(top["key"], EVIL, "{rule}");
     assert_eq!(top["blocked"], true);
     assert_eq!(top["used"], 3);
-    assert!(top["denied"].as_u64().unwrap() > 0, "{top}");
+    // A quiet rule's keys are counted one by one, not sampled.
+    assert_eq!(top["requests"], 200, "{top}");
+    assert_eq!(top["denied"], 197, "{top}");
+    assert_eq!(top["estimated"], false, "{top}");
+    let alice = rule["heavy_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["key"] == "alice")
+        .expect("alice among the keys");
+    assert_eq!(
+        (&alice["requests"], &alice["denied"]),
+        (&1.into(), &0.into())
+    );
 
     let (code, page) = http_call(serve.admin, "GET", "/", "");
     assert_eq!(code, 200);

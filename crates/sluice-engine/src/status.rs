@@ -73,7 +73,7 @@ pub struct RuleReport {
 pub struct KeyReport {
     /// The descriptor values, `/` between them.
     pub key: String,
-    /// Requests seen (estimated from a sample; halves each minute).
+    /// Requests seen (halves each minute; counted one by one unless `estimated`).
     pub requests: u64,
     /// Of those, denied by this rule.
     pub denied: u64,
@@ -83,6 +83,9 @@ pub struct KeyReport {
     pub used: Option<u64>,
     /// Whether the key is denied now.
     pub blocked: bool,
+    /// Whether `requests` and `denied` are estimates (a busy rule samples one request in
+    /// [`crate::HEAVY_SAMPLE`]; a key that took over another's slot carries its count).
+    pub estimated: bool,
 }
 
 impl Engine {
@@ -159,6 +162,7 @@ impl Engine {
                     denied: slot.denied,
                     used,
                     blocked,
+                    estimated: slot.estimated,
                 }
             })
             .collect();
