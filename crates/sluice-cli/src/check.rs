@@ -32,10 +32,14 @@ pub fn render(config: &ServiceConfig) -> String {
     for domain in config.rules.domains() {
         let _ = writeln!(
             out,
-            "domain {} ({}): {} rules",
+            "domain {} ({}): {}",
             domain.name(),
             domain.file().display(),
-            domain.rules().len()
+            if domain.rules().len() == 1 {
+                "1 rule".to_owned()
+            } else {
+                format!("{} rules", domain.rules().len())
+            }
         );
         for rule in domain.rules() {
             let mut extra = String::new();
@@ -50,7 +54,13 @@ pub fn render(config: &ServiceConfig) -> String {
                 Limit::Limited(spec) => {
                     let r = spec.resolve(&config.defaults);
                     if let Some(from) = decided_at_store_from(&r, &config.store) {
-                        let _ = write!(extra, "  decided at the store from {from} instances");
+                        let _ = write!(
+                            extra,
+                            "  decided at the store once the fleet has {from} instances or more"
+                        );
+                    }
+                    if r.mode == Mode::Synced && matches!(config.store, StoreConfig::Memory) {
+                        extra.push_str("  runs as local (one instance on the memory store)");
                     }
                     (
                         r.rate.limit().to_string(),
@@ -129,7 +139,8 @@ mod tests {
         let redis = render_with("redis://127.0.0.1:6399/");
         let lines: Vec<&str> = redis.lines().collect();
         assert!(
-            lines[1].ends_with("synced  decided at the store from 3 instances"),
+            lines[1]
+                .ends_with("synced  decided at the store once the fleet has 3 instances or more"),
             "{redis}"
         );
         assert!(lines[2].ends_with("synced"), "{redis}");

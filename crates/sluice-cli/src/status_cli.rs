@@ -129,6 +129,7 @@ pub(crate) fn render(s: &Value) -> String {
     let mut rows = vec![vec![
         "rule".into(),
         "mode".into(),
+        "policy".into(),
         "limit".into(),
         "allowed/s".into(),
         "denied/s".into(),
@@ -138,9 +139,17 @@ pub(crate) fn render(s: &Value) -> String {
     let rules = s["rules"].as_array().cloned().unwrap_or_default();
     let rates = s["rates"].as_array().cloned().unwrap_or_default();
     for (r, rate) in rules.iter().zip(rates.iter()) {
+        // The policy column only says what the mode does not (`local local` said nothing).
+        let policy = if r["policy"] == r["mode"] {
+            String::new()
+        } else {
+            num(&r["policy"])
+        };
         rows.push(vec![
-            format!("{} {}", num(&r["domain"]), num(&r["id"])),
-            format!("{} {}", num(&r["mode"]), num(&r["policy"])),
+            // Rule ids name their domain (`edge/user`).
+            num(&r["id"]),
+            num(&r["mode"]),
+            policy,
             match (r["limit"].as_u64(), r["window_s"].as_f64()) {
                 (Some(l), Some(w)) => format!("{l}/{w}s"),
                 _ => "unlimited".into(),
@@ -153,6 +162,9 @@ pub(crate) fn render(s: &Value) -> String {
     }
     out.push('\n');
     out.push_str(&table(&rows));
+    for r in rules.iter().filter(|r| r["note"].is_string()) {
+        out.push_str(&format!("  {}: {}\n", num(&r["id"]), num(&r["note"])));
+    }
     for r in &rules {
         let keys = r["heavy_keys"].as_array().cloned().unwrap_or_default();
         if keys.is_empty() {

@@ -59,7 +59,8 @@
     s.rules.forEach((rule, i) => {
       const rates = s.rates[i] || { now: { allowed: 0, denied: 0, shadow_denied: 0 }, history: [] };
       const limit = rule.limit === null ? 'unlimited' : `${rule.limit} per ${rule.window_s} s`;
-      const policy = rule.policy === rule.mode ? '' : ` (${rule.policy})`;
+      const said = [rule.policy === rule.mode ? null : rule.policy, rule.note].filter((x) => x);
+      const policy = said.length ? ` (${said.join('; ')})` : '';
       const title = h('h3', {}, h('code', {}, rule.domain), ` ${rule.id}`, rule.name ? ` (${rule.name})` : null, rule.shadow ? ' ' : null, rule.shadow ? h('em', {}, 'shadow') : null);
       const d = rule.decisions;
       const line = h('p', {}, `${rule.mode}${policy}, ${limit}; ${rule.tracked_keys} keys tracked here. Now: `,

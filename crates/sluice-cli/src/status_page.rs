@@ -133,10 +133,11 @@ pub(crate) fn render(status: &Status) -> String {
                 .map_or(String::new(), |n| format!(" ({})", escape(n))),
             shadow = if rule.shadow { " <em>shadow</em>" } else { "" },
             mode = rule.mode,
-            policy = if rule.policy == rule.mode {
-                String::new()
-            } else {
-                format!(" ({})", rule.policy)
+            policy = match (rule.policy == rule.mode, rule.note) {
+                (true, None) => String::new(),
+                (false, None) => format!(" ({})", rule.policy),
+                (true, Some(note)) => format!(" ({note})"),
+                (false, Some(note)) => format!(" ({}; {note})", rule.policy),
             },
             tracked = rule.tracked_keys,
             a = rates.now.allowed,

@@ -195,6 +195,31 @@ descriptors:
             );
         }
     }
+    // A fresh instance that has decided nothing yet (no key cap reached, no exact rule, no
+    // flush) already has a series for every family the dashboard and the alerts query, so
+    // their panels show 0 rather than "no data".
+    let fresh = Serve::start("ops-fresh", "memory://", &[("edge.yaml", RULES)]);
+    let (_, fresh_metrics) = http_call(fresh.admin, "GET", "/metrics", "");
+    let series = |name: &str| {
+        fresh_metrics.lines().any(|l| {
+            !l.starts_with('#')
+                && (l.starts_with(&format!("{name}{{"))
+                    || l.starts_with(&format!("{name} "))
+                    || l.starts_with(&format!("{name}_bucket"))
+                    || l.starts_with(&format!("{name}_count")))
+        })
+    };
+    let mut missing: Vec<String> = named_metrics(&alerts)
+        .into_iter()
+        .chain(named_metrics(&exprs))
+        .filter(|n| !series(n))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "queried by the dashboard or the alerts, no series at start: {missing:?}\n{fresh_metrics}"
+    );
 }
 
 /// A `sluice serve` with the per-user rule, after one user (`EVIL`) sent 200 requests and two

@@ -86,7 +86,7 @@ pub struct Engine {
     table: RuleTable,
     /// Shared with the engines reloads build from this one.
     flusher: Arc<Flusher>,
-    options: EngineOptions,
+    pub(crate) options: EngineOptions,
 }
 
 fn default_node_id(clock: &dyn Clock) -> String {

@@ -51,9 +51,12 @@ pub struct RuleReport {
     pub name: Option<String>,
     /// `local`, `synced`, `exact` or `unlimited`.
     pub mode: &'static str,
-    /// `predictive`, `reactive`, `exact`, `local` or `unlimited`; a synced rule deciding at the
-    /// store because its limit is too small to share among the fleet says so.
+    /// `predictive`, `reactive`, `exact`, `local` or `unlimited`.
     pub policy: &'static str,
+    /// Why the rule runs otherwise than its file says, or decides in another way than its
+    /// mode's usual one (a synced rule on the embedded store runs as local; a limit too small
+    /// to share is decided at the store).
+    pub note: Option<&'static str>,
     /// Requests per window (`None`: unlimited).
     pub limit: Option<u64>,
     /// The window, in seconds.
@@ -89,6 +92,24 @@ pub struct KeyReport {
 }
 
 impl Engine {
+    /// See [`RuleReport::note`].
+    fn note(&self, rule: &RuleEngine) -> Option<&'static str> {
+        let written = rule.settings.as_ref().map(|r| r.mode);
+        match &*rule.kind {
+            RuleKind::Synced(s) if s.decides_at_store(self.flusher().view()) => {
+                Some("a limit too small to share among the fleet: decided at the store")
+            }
+            RuleKind::Local(_) if written == Some(sluice_config::Mode::Synced) => {
+                Some(if self.options.shared_store {
+                    "synced mode syncs window counts: this algorithm runs on each instance alone"
+                } else {
+                    "synced on the embedded memory store: runs as local (nothing to share)"
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// This instance's state, with at most `top` heavy keys per rule.
     pub fn status(&self, top: usize) -> EngineStatus {
         let flusher = self.flusher();
@@ -171,12 +192,8 @@ impl Engine {
             id: rule.id.to_string(),
             name: rule.name.as_deref().map(str::to_owned),
             mode,
-            policy: match &*rule.kind {
-                RuleKind::Synced(s) if s.decides_at_store(self.flusher().view()) => {
-                    "predictive, a limit too small to share: decided at the store"
-                }
-                _ => rule.policy,
-            },
+            policy: rule.policy,
+            note: self.note(rule),
             limit,
             window_s: rule.limit.map(|(_, w)| w.as_secs_f64()),
             shadow: rule.shadow,

@@ -204,6 +204,13 @@ fn rule_engine(
         Some(_) if is_kept => Lineage::Kept,
         Some(before) => crate::rule::carry(before, (&kind, settings.as_ref()), options, now),
     };
+    if settings.is_some() {
+        // Every series the dashboard and the alerts query exists from the start, at 0 (a
+        // reload keeps their values: nothing is reset here).
+        let rule_id = rule.id.clone();
+        counter!("sluice_overflow_checks_total", "rule" => rule_id.clone()).increment(0);
+        metrics::gauge!("sluice_tracked_keys", "rule" => rule_id).increment(0.0);
+    }
     let allowed = counter!("sluice_decisions_total", "domain" => domain.name().to_owned(), "rule" => rule.id.clone(), "outcome" => "allowed", "reason" => "");
     RuleEngine {
         id: rule.id.as_str().into(),

@@ -142,7 +142,7 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         "sluice_decision_duration_seconds",
         Histogram,
         "Time to decide one request over all its rules, sampled one request in 16.",
-        LATER,
+        PLAIN,
     ),
     family(
         "sluice_decisions_total",
