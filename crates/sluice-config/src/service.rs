@@ -134,13 +134,36 @@ pub const DEFAULT_ADHOC_MAX_KEYS: usize = 1_000_000;
 /// `max_keys_per_rule` when the file does not set it.
 pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
 
+/// A listener's address: `ip:port`, or `host:port` with a host name resolved now (to its
+/// first IPv4 address, else its first: `localhost:8080` listens on 127.0.0.1:8080).
 pub(crate) fn parse_addr(field: &str, value: &Spanned<String>) -> Result<SocketAddr, Located> {
-    value.value.parse().map_err(|_| {
+    if let Ok(addr) = value.value.parse() {
+        return Ok(addr);
+    }
+    let invalid = |why: &str| {
         Located::at(
             value,
-            format!("invalid {field} address `{}`; write `host:port` with an IP, e.g. `127.0.0.1:8080` or `[::1]:8080`", value.value),
+            format!(
+                "invalid {field} address `{}`{why}; write `host:port`, e.g. `127.0.0.1:8080`, `[::1]:8080` or `localhost:8080`",
+                value.value
+            ),
         )
-    })
+    };
+    let Some((host, port)) = value.value.rsplit_once(':') else {
+        return Err(invalid(": no port"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(invalid(""));
+    }
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(value.value.as_str())
+        .map_err(|e| invalid(&format!(": `{host}` does not resolve ({e})")))?
+        .collect();
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(resolved.first())
+        .copied()
+        .ok_or_else(|| invalid(&format!(": `{host}` resolves to no address")))
 }
 
 pub(crate) fn parse_headers(value: &Spanned<String>) -> Result<HeaderStyle, Located> {

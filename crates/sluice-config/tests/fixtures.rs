@@ -53,3 +53,22 @@ fn shipped_examples_load() {
     assert!(matches!(etcd.store, sluice_config::StoreConfig::Etcd(_)));
     assert!(etcd.rules.domain("edge").is_some());
 }
+
+#[test]
+fn listeners_take_host_names_and_say_which_do_not_resolve() {
+    let file = Path::new("sluice.yaml");
+    let config = sluice_config::parse_service(
+        file,
+        "listen: { http: 'localhost:18080', grpc: '127.0.0.1:18081', admin: '[::1]:19090' }\n",
+    )
+    .unwrap();
+    assert_eq!(config.listen.http, "127.0.0.1:18080".parse().unwrap());
+    assert_eq!(config.listen.admin, "[::1]:19090".parse().unwrap());
+    let e = sluice_config::parse_service(file, "listen: { http: 'no-such-host.invalid:8080' }\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("sluice.yaml:1:17: invalid listen.http address `no-such-host.invalid:8080`: `no-such-host.invalid` does not resolve ("),
+        "{e}"
+    );
+}
