@@ -115,7 +115,7 @@ fn rule_warnings(config: &ServiceConfig, domain: &Domain, rule: &Rule, out: &mut
         });
     };
     let Limit::Limited(spec) = &rule.limit else {
-        if rule.shadow_mode {
+        if rule.shadow_mode && matches!(rule.limit, Limit::Unlimited) {
             warn(
                 "`shadow_mode` on an unlimited rule does nothing: it neither counts nor denies"
                     .to_owned(),

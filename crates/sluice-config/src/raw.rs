@@ -144,6 +144,7 @@ pub(crate) struct RawDefaults {
     pub algorithm: Option<Spanned<String>>,
     pub on_store_error: Option<Spanned<String>>,
     pub small_limits: Option<Spanned<String>>,
+    pub shadow_mode: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

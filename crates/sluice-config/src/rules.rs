@@ -237,6 +237,18 @@ impl RuleSet {
     pub fn domains(&self) -> impl Iterator<Item = &Domain> {
         self.domains.values()
     }
+
+    /// Puts every rule with a limit in shadow mode (`defaults.shadow_mode: true`: a dry run
+    /// that counts and reports every denial and enforces none).
+    pub(crate) fn shadow_all(&mut self) {
+        for domain in self.domains.values_mut() {
+            for rule in &mut domain.rules {
+                if !matches!(rule.limit, Limit::Unlimited) {
+                    rule.shadow_mode = true;
+                }
+            }
+        }
+    }
 }
 
 struct Builder<'a> {

@@ -292,7 +292,10 @@ impl ServiceConfig {
                 domains.push(crate::load::load_domain_file(&f)?);
             }
         }
-        let rules = RuleSet::new(domains)?;
+        let mut rules = RuleSet::new(domains)?;
+        if raw.defaults.shadow_mode == Some(true) {
+            rules.shadow_all();
+        }
         for domain in rules.domains() {
             for rule in domain.rules() {
                 if let crate::rules::Limit::Limited(spec) = &rule.limit {

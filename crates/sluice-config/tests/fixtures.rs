@@ -72,3 +72,30 @@ fn listeners_take_host_names_and_say_which_do_not_resolve() {
         "{e}"
     );
 }
+
+#[test]
+fn defaults_shadow_mode_puts_every_limited_rule_in_shadow() {
+    let dir = std::env::temp_dir().join(format!("sluice-shadow-all-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rules")).unwrap();
+    std::fs::write(
+        dir.join("rules/edge.yaml"),
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 0 }\n  - key: health\n    rate_limit: { unlimited: true }\n",
+    )
+    .unwrap();
+    let file = dir.join("sluice.yaml");
+    for (shadow, expected) in [("true", [true, true, false]), ("false", [false; 3])] {
+        std::fs::write(
+            &file,
+            format!("rules: [rules/]\ndefaults: {{ shadow_mode: {shadow} }}\n"),
+        )
+        .unwrap();
+        let config = sluice_config::load(&file).unwrap();
+        let domain = config.rules.domains().next().unwrap();
+        let shadows: Vec<bool> = domain.rules().iter().map(|r| r.shadow_mode).collect();
+        assert_eq!(shadows, expected, "shadow_mode: {shadow}");
+        // A dry run is not a mistake: no warning about it.
+        let warnings = sluice_config::warnings(&config);
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
