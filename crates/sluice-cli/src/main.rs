@@ -58,10 +58,15 @@ enum Command {
     /// Show a running instance's status (its admin listener's /status.json) as tables: the
     /// store, every rule's decisions per second, and each rule's heaviest keys.
     Status {
-        /// The admin listener, e.g. 127.0.0.1:9090 or http://host:9090.
+        /// The admin listener, e.g. 127.0.0.1:9090 or http://host:9090 (default: the one
+        /// `--config` names, else 127.0.0.1:9090).
         #[arg(long)]
-        admin: String,
-        /// A file holding the admin bearer token (`access.admin_token_file`).
+        admin: Option<String>,
+        /// The instance's sluice.yaml: its admin listener and admin token file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// A file holding the admin bearer token (default: `access.admin_token_file` of
+        /// `--config`).
         #[arg(long)]
         token_file: Option<PathBuf>,
         /// Print the JSON as it came.
@@ -117,13 +122,16 @@ fn main() -> ExitCode {
         } => simulate(&scenario, &out, markdown),
         Command::Status {
             admin,
+            config,
             token_file,
             json,
-        } => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(status_cli::fetch(&admin, token_file.as_deref())))
+        } => status_cli::target(admin, config.as_deref(), token_file)
+            .and_then(|(admin, token_file)| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(status_cli::fetch(&admin, token_file.as_deref()))
+            })
             .map(|status| {
                 let text = if json {
                     serde_json::to_string_pretty(&status).unwrap_or_default() + "\n"

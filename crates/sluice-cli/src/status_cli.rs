@@ -11,6 +11,31 @@ use serde_json::Value;
 /// a Sluice status.
 const MAX_ANSWER: usize = 16 << 20;
 
+/// Which admin listener `sluice status` asks, and with which token file: what the flags say,
+/// else what `config` says, else the default listener (127.0.0.1:9090) without a token.
+pub(crate) fn target(
+    admin: Option<String>,
+    config: Option<&Path>,
+    token_file: Option<std::path::PathBuf>,
+) -> anyhow::Result<(String, Option<std::path::PathBuf>)> {
+    let config = config.map(sluice_config::load).transpose()?;
+    let admin = admin.unwrap_or_else(|| {
+        let listen = config.as_ref().map_or_else(
+            || sluice_config::Listen::default().admin,
+            |c| c.listen.admin,
+        );
+        // A listener on every address answers on loopback.
+        let ip = match listen.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+            ip => ip,
+        };
+        std::net::SocketAddr::new(ip, listen.port()).to_string()
+    });
+    let token_file = token_file.or_else(|| config.and_then(|c| c.access.admin_token_file.clone()));
+    Ok((admin, token_file))
+}
+
 /// Fetches `admin`'s `/status.json` (with the bearer token in `token_file`, if any).
 pub(crate) async fn fetch(admin: &str, token_file: Option<&Path>) -> anyhow::Result<Value> {
     let base = admin.trim_end_matches('/');

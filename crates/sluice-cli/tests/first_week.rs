@@ -147,3 +147,42 @@ fn a_config_without_rules_is_refused_by_check_and_serve_unless_it_says_so() {
     assert!(said.contains("more/` holds no rule file"), "{said}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sluice_status_finds_the_instance_from_its_config_and_says_why_a_rule_runs_as_local() {
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n";
+    let serve = common::Serve::start("first-week-status", "memory://", &[("edge.yaml", rules)]);
+    http_call(
+        serve.http,
+        "POST",
+        "/json",
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}"#,
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["status", "--config"])
+        .arg(serve.dir().join("sluice.yaml"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    // One word per column: the mode, then the policy only where it says more.
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("edge/user "))
+        .unwrap_or_else(|| panic!("no row for the rule:\n{text}"));
+    assert!(!row.contains("local local"), "{row}");
+    assert!(
+        text.contains("edge/user: synced on the embedded memory store: runs as local"),
+        "{text}"
+    );
+    // The counts of a quiet rule are exact: alice's one request.
+    assert!(
+        text.lines().any(|l| l.trim_start().starts_with("alice") && !l.contains('~')),
+        "{text}"
+    );
+
+    let (ok, said) = check(&serve.dir().join("sluice.yaml"));
+    assert!(ok, "{said}");
+    assert!(said.contains(": 1 rule\n"), "{said}");
+    assert!(said.contains("runs as local (one instance on the memory store)"), "{said}");
+}
