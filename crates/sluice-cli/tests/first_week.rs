@@ -164,7 +164,11 @@ fn sluice_status_finds_the_instance_from_its_config_and_says_why_a_rule_runs_as_
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // One word per column: the mode, then the policy only where it says more.
     let row = text
         .lines()
@@ -177,12 +181,16 @@ fn sluice_status_finds_the_instance_from_its_config_and_says_why_a_rule_runs_as_
     );
     // The counts of a quiet rule are exact: alice's one request.
     assert!(
-        text.lines().any(|l| l.trim_start().starts_with("alice") && !l.contains('~')),
+        text.lines()
+            .any(|l| l.trim_start().starts_with("alice") && !l.contains('~')),
         "{text}"
     );
 
     let (ok, said) = check(&serve.dir().join("sluice.yaml"));
     assert!(ok, "{said}");
     assert!(said.contains(": 1 rule\n"), "{said}");
-    assert!(said.contains("runs as local (one instance on the memory store)"), "{said}");
+    assert!(
+        said.contains("runs as local (one instance on the memory store)"),
+        "{said}"
+    );
 }

@@ -109,9 +109,10 @@ async fn the_fleet_admits_exactly_a_small_limit_and_a_key_over_it_costs_no_store
     let engine = &fleet.instances[0].engine;
     let status = engine.status(4);
     let rule = &status.rules[0];
+    assert_eq!(rule.policy, "predictive");
     assert_eq!(
-        rule.policy,
-        "predictive, a limit too small to share: decided at the store"
+        rule.note,
+        Some("a limit too small to share among the fleet: decided at the store")
     );
     assert!(
         rule.heavy_keys.iter().any(|k| k.blocked),

@@ -538,12 +538,20 @@ async fn reload_keeps_counters_of_unchanged_rules() {
             .allowed,
         "user's count was lost"
     );
+    // The changed rule keeps what the key used (2) under its new limit: 3 more, not 5.
     assert!(
-        now_or_never(reloaded.check("d", &ip, 5))
+        now_or_never(reloaded.check("d", &ip, 3))
             .unwrap()
             .unwrap()
             .allowed,
         "ip rule has its new limit"
+    );
+    assert!(
+        !now_or_never(reloaded.check("d", &ip, 1))
+            .unwrap()
+            .unwrap()
+            .allowed,
+        "the ip key's use before the reload was forgotten"
     );
 }
 

@@ -13,7 +13,10 @@ use crate::health::StoreHealth;
 /// it and none knows the others' counts (the store is unreachable, or a key's first span):
 /// at most MAX/(parties x spans) in this span, rounded up so that a limit smaller than
 /// `parties x spans` still admits one per span instead of nothing, and at most MAX/parties
-/// (rounded up) in the window, so the rounding never adds up to more than the share.
+/// (rounded up) in the window, so the rounding never adds up to more than the share. A
+/// request costing more than the span's share fits when it is the span's first: otherwise a
+/// cost above it (a gateway route costing 5 against a share of 3) would be refused until the
+/// store answers, and the window's share still bounds what all instances admit.
 pub(crate) fn fits_share(
     p: &SyncedParams,
     parties: u64,
@@ -24,7 +27,7 @@ pub(crate) fn fits_share(
     let parties = parties.max(1);
     let per_span = p.limit.div_ceil(parties.saturating_mul(p.spans.max(1)));
     let per_window = p.limit.div_ceil(parties);
-    span_count + cost <= per_span && window_count + cost <= per_window
+    (span_count + cost <= per_span || span_count == 0) && window_count + cost <= per_window
 }
 
 /// The seed's node estimate: the previous window's global count over this instance's, at

@@ -496,3 +496,30 @@ fn refused_keys_ask_for_a_read_once_a_span_and_the_queue_of_early_syncs_is_bound
     assert_eq!(queued, super::EARLY_QUEUE_MAX);
     assert_eq!(r.early.lock().len(), super::EARLY_QUEUE_MAX);
 }
+
+#[test]
+fn a_request_costing_more_than_the_cold_span_share_is_admitted_as_the_spans_first() {
+    // 48 a window over 3 instances and 4 spans: a cold share of 4 a span, 16 a window. A
+    // gateway route costing 5 is admitted first in each span (not refused until the store
+    // answers), a second one in the span is not, and the window's share still bounds them.
+    let mut r = rule(48, 60 * SECOND, 0);
+    r.params.expected_instances = 3;
+    let fleet = StoreView::answering(3);
+    let t = 1_000 * 60 * SECOND;
+    assert!(
+        allowed(&r.check("gw", t, 5, fleet)),
+        "the span's first request"
+    );
+    assert!(
+        !allowed(&r.check("gw", t + 1, 5, fleet)),
+        "a second in the span"
+    );
+    let mut admitted = 5;
+    for span in 1..4 {
+        if allowed(&r.check("gw", t + span * 15 * SECOND, 5, fleet)) {
+            admitted += 5;
+        }
+    }
+    // 16 a window: three of cost 5, the fourth would be 20.
+    assert_eq!(admitted, 15);
+}
