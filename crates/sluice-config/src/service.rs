@@ -152,7 +152,14 @@ pub(crate) fn parse_addr(field: &str, value: &Spanned<String>) -> Result<SocketA
     let Some((host, port)) = value.value.rsplit_once(':') else {
         return Err(invalid(": no port"));
     };
-    if host.is_empty() || port.parse::<u16>().is_err() {
+    // Only a well-formed host name goes to the resolver (RFC 1123: letters, digits, `-` and
+    // `.`, at most 253 characters).
+    let host_name = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !host_name || port.parse::<u16>().is_err() {
         return Err(invalid(""));
     }
     let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(value.value.as_str())
