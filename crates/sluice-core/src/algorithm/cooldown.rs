@@ -192,3 +192,13 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod size {
+    use crate::cell::LockedCell;
+    use crate::{CooldownState, FixedWindowState};
+
+    // docs/BENCHMARKS.md: the cells of keys under a cooldown.
+    const _: () = assert!(std::mem::size_of::<LockedCell<CooldownState<u64>>>() == 24);
+    const _: () = assert!(std::mem::size_of::<LockedCell<CooldownState<FixedWindowState>>>() == 32);
+}
