@@ -92,8 +92,14 @@ pub(crate) fn carry(
             Some(_) => Lineage::Carried,
             None => Lineage::StartedOver("algorithm changed"),
         },
-        // The store's counters are the rule's (named by its id): the new limiter reads what
-        // each key used at its next flush or store call.
+        // The store's counters are the rule's (named by its id) and stay; each key also
+        // carries what this instance knew of its window, so none starts over until its next
+        // flush reply.
+        (RuleKind::Synced(new), RuleKind::Synced(old)) => {
+            new.carry_from(old, now);
+            Lineage::Carried
+        }
+        // Exact: the store decides every request on the rule's counters, which stay.
         _ => Lineage::Carried,
     }
 }

@@ -127,3 +127,49 @@ async fn an_unchanged_reload_keeps_the_counters_and_the_status_figures() {
     // Every lineage is one of the four.
     let _ = Lineage::Kept;
 }
+
+/// A synced rule over a shared store: 20 of 60 used on one instance (flushed or not), then
+/// the limit is lowered to 30: 10 more, and the store counts each request once.
+#[tokio::test]
+async fn a_lowered_synced_limit_keeps_what_each_key_used_flushed_or_not() {
+    for flushed in [true, false] {
+        let clock = ManualClock::new(T0);
+        let store = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
+        let synced = |limit: u64| {
+            rules(&format!(
+                "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {{ window: 5m, requests_per_unit: {limit}, mode: synced }}\n"
+            ))
+        };
+        let engine = Engine::new(
+            &synced(60),
+            &Default::default(),
+            store.clone(),
+            Arc::new(clock.clone()) as Arc<dyn Clock>,
+            EngineOptions {
+                follow_store_clock: false,
+                ..EngineOptions::default()
+            },
+        );
+        assert_eq!(send(&engine, "dave", 20).await, 40);
+        clock.set(T0 + 70 * SECOND);
+        if flushed {
+            engine.flush().await;
+        }
+        let lowered = engine.reload(&synced(30), &Default::default());
+        assert_eq!(lowered.reload_summary().carried, ["d/user"]);
+        let request = [[("user", "dave")]];
+        let mut admitted = 0;
+        for _ in 0..40 {
+            if lowered.check("d", &request, 1).await.unwrap().allowed {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 10, "flushed before the reload: {flushed}");
+        // The old rule's unsent counts and the new rule's reach the store once each.
+        lowered.flush().await;
+        lowered.flush().await;
+        let key = sluice_store::CounterKey::new("d/user", &["dave"]);
+        let total = store.total(key.as_str(), (T0 + 70 * SECOND) / (300 * SECOND));
+        assert_eq!(total, 30, "flushed before the reload: {flushed}");
+    }
+}

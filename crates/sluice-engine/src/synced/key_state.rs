@@ -190,6 +190,37 @@ impl KeyState {
         self.unflushed -= sat32(amount).min(self.unflushed);
     }
 
+    /// The key's state for the rule a reload built in place of the rule `from` (same window;
+    /// a new limit, spans, policy or cooldown): what it counted here in window `w` and what it
+    /// read of the others, the previous window's totals and a block already earned. Its
+    /// unsent counts stay with the old rule, which the flusher keeps flushing until it is
+    /// done: none is sent twice. `None` when the key has nothing in window `w`.
+    pub(crate) fn carried(
+        old: &KeyState,
+        (from, to): (&SyncedParams, &SyncedParams),
+        w: u64,
+        now: Nanos,
+    ) -> Option<KeyState> {
+        let window_start = to.window_start(w);
+        let blocked_until = old.blocked_until(from, from.window_start(old.key_window(w)));
+        let current = old.has(KeyFlags::INIT) && old.key_window(w) == w;
+        if !current && blocked_until <= now {
+            return None;
+        }
+        let mut key = KeyState::default();
+        key.roll(to, None, w, now);
+        if current {
+            key.local = old.local;
+            key.others_read = old.others_read;
+            key.prev_global = old.prev_global;
+            key.prev_local = old.prev_local;
+        }
+        if blocked_until > now {
+            key.set_blocked_until(to, window_start, blocked_until);
+        }
+        Some(key)
+    }
+
     /// Moves the key to the window `w` of `now` if it is behind.
     pub(crate) fn roll(
         &mut self,

@@ -171,6 +171,23 @@ impl SyncedRule {
         }
     }
 
+    /// After a reload that changed this rule's limit (not its window): takes over what each
+    /// key of `old` counted and read in the current window (see [`KeyState::carried`]), so
+    /// that no key starts over before its next flush reply. Returns how many keys carried.
+    pub(crate) fn carry_from(&self, old: &SyncedRule, now: Nanos) -> usize {
+        let w = self.params.window_of(now);
+        let (theirs, ours) = (old.keys.pin(), self.keys.pin());
+        let mut carried = 0;
+        for (name, cell) in theirs.iter() {
+            let state = cell.lock();
+            if let Some(key) = KeyState::carried(&state, (&old.params, &self.params), w, now) {
+                ours.insert(name.clone(), Mutex::new(key));
+                carried += 1;
+            }
+        }
+        carried
+    }
+
     /// The store's decisions for `key`'s request at `now`, while the rule's limit is too small
     /// to share among the fleet and the store answers. The request takes a call from the
     /// rule's budget (`exact.small_limit_calls`), unless the key is known over its limit (no
