@@ -507,7 +507,9 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let _ = served_tx.send(());
     let _ = reloader.await;
     let report = flusher.await.context("flush task")?;
-    let spill = engine.load_full().spill().await;
+    let engine = engine.load_full();
+    engine.leave_fleet().await;
+    let spill = engine.spill().await;
     keep_spill(state.as_deref(), &spill, &report);
     served
 }

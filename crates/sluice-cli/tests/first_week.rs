@@ -194,3 +194,31 @@ fn sluice_status_finds_the_instance_from_its_config_and_says_why_a_rule_runs_as_
         "{said}"
     );
 }
+
+#[test]
+fn a_stopped_instance_leaves_the_fleet_at_once() {
+    let redis = sluice_testkit::RedisServer::start();
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
+    let mut first =
+        common::Serve::start("first-week-leave-a", &redis.url(), &[("edge.yaml", rules)]);
+    let announced = wait_until(Duration::from_secs(10), || {
+        redis.command("ZCARD sluice:v1:fleet").trim() == ":1"
+    });
+    assert!(announced, "the instance never announced itself");
+    assert!(first.terminate().success());
+    // Restarted (a deploy): the new process counts itself alone, not the one that stopped
+    // for the next 90 s (which halved every new key's share).
+    assert_eq!(redis.command("ZCARD sluice:v1:fleet").trim(), ":0");
+    let second = common::Serve::start("first-week-leave-b", &redis.url(), &[("edge.yaml", rules)]);
+    let mut live = String::new();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let (_, body) = http_call(second.admin, "GET", "/status.json", "");
+            live = serde_json::from_str::<serde_json::Value>(&body)
+                .map(|s| s["store"]["fleet_instances"].to_string())
+                .unwrap_or_default();
+            live == "1"
+        }),
+        "the restarted instance sees {live} instances"
+    );
+}

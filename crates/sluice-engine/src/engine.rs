@@ -179,6 +179,12 @@ impl Engine {
         summary
     }
 
+    /// Takes this instance off the store's list of live instances (at shutdown, after the
+    /// final flush), so that the fleet's size drops at the others' next announcement.
+    pub async fn leave_fleet(&self) {
+        self.flusher.leave_fleet().await;
+    }
+
     /// How many rules of `other` share their counters with this engine (kept by a reload).
     pub fn shared_rules(&self, other: &Engine) -> usize {
         self.table

@@ -256,6 +256,14 @@ pub trait CounterStore: Send + Sync + 'static {
         })
     }
 
+    /// Takes instance `node` off the fleet's list (it is stopping), so that the instances
+    /// left, and one started in its place, count it no more at their next announcement.
+    /// Stores whose entries only expire (etcd: a lease of `live_for`) do nothing.
+    fn leave<'a>(&'a self, node: &'a str) -> StoreFuture<'a, ()> {
+        let _ = node;
+        Box::pin(async { Ok(()) })
+    }
+
     /// A short description for logs (`memory`, `redis://host:port`; never credentials).
     fn describe(&self) -> String;
 }

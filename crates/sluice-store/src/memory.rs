@@ -390,6 +390,14 @@ impl CounterStore for MemoryStore {
         }))
     }
 
+    fn leave<'a>(&'a self, node: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(self.round_trip(move || {
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            self.lock().fleet.remove(node);
+            Ok(())
+        }))
+    }
+
     fn describe(&self) -> String {
         "memory".to_owned()
     }

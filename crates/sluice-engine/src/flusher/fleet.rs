@@ -52,4 +52,16 @@ impl Flusher {
             Err(e) => count_store_error(&e),
         }
     }
+
+    /// Takes this instance off the fleet's list (it is stopping): the others, and an
+    /// instance started in its place, stop counting it at their next announcement instead
+    /// of [`LIVE_FOR`] later.
+    pub(crate) async fn leave_fleet(&self) {
+        if self.last_announce.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        if let Err(e) = self.store.leave(&self.node).await {
+            count_store_error(&e);
+        }
+    }
 }

@@ -486,6 +486,27 @@ impl CounterStore for RedisStore {
         })
     }
 
+    fn leave<'a>(&'a self, node: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let r = self
+                .with_timeout(async {
+                    let mut conn = self.connection().await?;
+                    redis::cmd("ZREM")
+                        .arg(crate::FLEET_KEY)
+                        .arg(node)
+                        .query_async::<Value>(&mut conn)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| map_error(&e))
+                })
+                .await;
+            if let Err(e) = &r {
+                self.on_error(e);
+            }
+            r
+        })
+    }
+
     fn describe(&self) -> String {
         self.description.clone()
     }
