@@ -170,9 +170,14 @@ pub(crate) fn render(s: &Value) -> String {
         } else {
             num(&r["policy"])
         };
+        let shadow = if r["shadow"] == Value::Bool(true) {
+            " (shadow)"
+        } else {
+            ""
+        };
         rows.push(vec![
             // Rule ids name their domain (`edge/user`).
-            num(&r["id"]),
+            format!("{}{shadow}", num(&r["id"])),
             num(&r["mode"]),
             policy,
             match (r["limit"].as_u64(), r["window_s"].as_f64()) {
@@ -198,7 +203,11 @@ pub(crate) fn render(s: &Value) -> String {
         let mut rows = vec![vec![
             format!("{} heaviest keys", num(&r["id"])),
             "requests".into(),
-            "denied".into(),
+            if r["shadow"] == Value::Bool(true) {
+                "would deny".into()
+            } else {
+                "denied".into()
+            },
             "used".into(),
             "state".into(),
         ]];
@@ -217,10 +226,14 @@ pub(crate) fn render(s: &Value) -> String {
                 format!("{about}{}", num(&k["requests"])),
                 format!("{about}{}", num(&k["denied"])),
                 format!("{} / {}", num(&k["used"]), num(&r["limit"])),
-                if k["blocked"] == Value::Bool(true) {
-                    "blocked".into()
-                } else {
-                    "ok".into()
+                match (
+                    k["blocked"] == Value::Bool(true),
+                    r["shadow"] == Value::Bool(true),
+                ) {
+                    // Shadow mode denies nothing: the key is over, and let through.
+                    (true, true) => "over (shadow: not denied)".into(),
+                    (true, false) => "blocked".into(),
+                    _ => "ok".into(),
                 },
             ]);
         }
@@ -249,5 +262,23 @@ mod tests {
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(text.contains("\\u{1b}[31mevil"), "{text}");
         assert!(text.contains("blocked") && text.contains("1.5"), "{text}");
+    }
+
+    #[test]
+    fn a_shadow_rule_says_it_lets_its_over_limit_keys_through() {
+        let status = serde_json::json!({
+            "version": "0", "node": "n", "uptime_s": 1, "config": {"file": "f"},
+            "store": {"health": "answering", "flushes": {}},
+            "rules": [{"domain": "d", "id": "d/user", "mode": "local", "policy": "local",
+                       "shadow": true, "limit": 2, "window_s": 60.0, "tracked_keys": 1,
+                       "heavy_keys": [{"key": "u", "requests": 40, "denied": 38,
+                                       "used": 2, "blocked": true, "estimated": false}]}],
+            "rates": [{"now": {"allowed": 0.0, "denied": 0.0, "shadow_denied": 1.5}}]
+        });
+        let text = render(&status);
+        assert!(text.contains("d/user (shadow)"), "{text}");
+        assert!(text.contains("would deny"), "{text}");
+        assert!(text.contains("over (shadow: not denied)"), "{text}");
+        assert!(!text.contains("blocked"), "{text}");
     }
 }

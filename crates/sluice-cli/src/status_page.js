@@ -71,11 +71,13 @@
       if (rule.heavy_keys.length === 0) {
         article.append(h('p', { class: 'quiet' }, 'no traffic sampled yet'));
       } else {
-        const table = h('table', { class: 'keys' }, row(['heaviest keys', 'requests', 'denied', 'used of limit', 'state'], 'th'));
+        const table = h('table', { class: 'keys' }, row(['heaviest keys', 'requests', rule.shadow ? 'would deny' : 'denied', 'used of limit', 'state'], 'th'));
         for (const k of rule.heavy_keys) {
           const used = k.used === null ? '-' : rule.limit === null ? `${k.used}` : `${k.used} / ${rule.limit}`;
           const near = k.used !== null && rule.limit !== null && k.used * 10 >= rule.limit * 8;
-          const state = k.blocked ? h('td', { class: 'bad' }, 'blocked') : near ? h('td', { class: 'warn' }, 'near limit') : h('td', {}, 'ok');
+          // Shadow mode denies nothing: the key is over, and let through.
+          const state = k.blocked && rule.shadow ? h('td', { class: 'warn' }, 'over limit (shadow: not denied)')
+            : k.blocked ? h('td', { class: 'bad' }, 'blocked') : near ? h('td', { class: 'warn' }, 'near limit') : h('td', {}, 'ok');
           // A busy rule's counts come from a sample: marked as estimates.
           const about = k.estimated ? '~' : '';
           table.append(row([h('td', {}, h('code', {}, k.key)), `${about}${k.requests}`, `${about}${k.denied}`, used, state]));

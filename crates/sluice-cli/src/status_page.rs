@@ -151,7 +151,11 @@ pub(crate) fn render(status: &Status) -> String {
         if rule.heavy_keys.is_empty() {
             body.push_str("<p class=\"quiet\">no traffic sampled yet</p>");
         } else {
-            body.push_str("<table class=\"keys\"><tr><th>heaviest keys</th><th>requests</th><th>denied</th><th>used of limit</th><th>state</th></tr>");
+            let denied = if rule.shadow { "would deny" } else { "denied" };
+            let _ = write!(
+                body,
+                "<table class=\"keys\"><tr><th>heaviest keys</th><th>requests</th><th>{denied}</th><th>used of limit</th><th>state</th></tr>"
+            );
             for k in &rule.heavy_keys {
                 let used = match (k.used, rule.limit) {
                     (Some(u), Some(l)) => format!("{u} / {l}"),
@@ -159,9 +163,11 @@ pub(crate) fn render(status: &Status) -> String {
                     _ => "-".to_owned(),
                 };
                 let near = k.used.zip(rule.limit).is_some_and(|(u, l)| u * 10 >= l * 8);
-                let state = match (k.blocked, near) {
-                    (true, _) => "<td class=\"bad\">blocked</td>",
-                    (false, true) => "<td class=\"warn\">near limit</td>",
+                let state = match (k.blocked, near, rule.shadow) {
+                    // Shadow mode denies nothing: the key is over, and let through.
+                    (true, _, true) => "<td class=\"warn\">over limit (shadow: not denied)</td>",
+                    (true, _, false) => "<td class=\"bad\">blocked</td>",
+                    (false, true, _) => "<td class=\"warn\">near limit</td>",
                     _ => "<td>ok</td>",
                 };
                 // A busy rule's counts come from a sample: marked as estimates.

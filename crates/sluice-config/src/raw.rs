@@ -21,8 +21,7 @@ pub(crate) struct RawDescriptor {
     pub limits: Option<Spanned<Vec<Spanned<RawRateLimit>>>>,
     #[serde(default)]
     pub descriptors: Vec<RawDescriptor>,
-    #[serde(default)]
-    pub shadow_mode: bool,
+    pub shadow_mode: Option<bool>,
     #[serde(default)]
     pub detailed_metric: bool,
     #[serde(default)]

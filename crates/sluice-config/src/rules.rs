@@ -28,6 +28,9 @@ pub struct Rule {
     pub limit: Limit,
     /// Counted but never denies.
     pub shadow_mode: bool,
+    /// Whether the rule file says `shadow_mode` at all: `defaults.shadow_mode` applies to the
+    /// rules that do not.
+    pub(crate) shadow_written: bool,
     /// Counts decisions per descriptor value (`detailed_metric` or `value_to_metric`, bounded).
     pub detailed_metric: bool,
     /// `quota_mode`: over this limit, a request is denied only when every quota-mode rule it
@@ -238,12 +241,13 @@ impl RuleSet {
         self.domains.values()
     }
 
-    /// Puts every rule with a limit in shadow mode (`defaults.shadow_mode: true`: a dry run
-    /// that counts and reports every denial and enforces none).
+    /// Puts every rule with a limit in shadow mode but those whose file says `shadow_mode:
+    /// false` (`defaults.shadow_mode: true`: a dry run that counts and reports every denial
+    /// and enforces none).
     pub(crate) fn shadow_all(&mut self) {
         for domain in self.domains.values_mut() {
             for rule in &mut domain.rules {
-                if !matches!(rule.limit, Limit::Unlimited) {
+                if !matches!(rule.limit, Limit::Unlimited) && !rule.shadow_written {
                     rule.shadow_mode = true;
                 }
             }
@@ -429,7 +433,8 @@ impl Builder<'_> {
                 path: path.to_owned(),
                 name,
                 limit,
-                shadow_mode: descriptor.shadow_mode,
+                shadow_mode: descriptor.shadow_mode.unwrap_or(false),
+                shadow_written: descriptor.shadow_mode.is_some(),
                 detailed_metric: descriptor.detailed_metric || descriptor.value_to_metric,
                 quota_mode: descriptor.quota_mode,
                 metadata: descriptor.metadata.as_ref().map(|m| m.value.clone()),

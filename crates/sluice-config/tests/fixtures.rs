@@ -79,11 +79,12 @@ fn defaults_shadow_mode_puts_every_limited_rule_in_shadow() {
     std::fs::create_dir_all(dir.join("rules")).unwrap();
     std::fs::write(
         dir.join("rules/edge.yaml"),
-        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 0 }\n  - key: health\n    rate_limit: { unlimited: true }\n",
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: ip\n    rate_limit: { unit: minute, requests_per_unit: 0 }\n  - key: health\n    rate_limit: { unlimited: true }\n  - key: admin\n    shadow_mode: false\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
     )
     .unwrap();
     let file = dir.join("sluice.yaml");
-    for (shadow, expected) in [("true", [true, true, false]), ("false", [false; 3])] {
+    // A rule that says `shadow_mode: false` keeps enforcing in a dry run.
+    for (shadow, expected) in [("true", [true, true, false, false]), ("false", [false; 4])] {
         std::fs::write(
             &file,
             format!("rules: [rules/]\ndefaults: {{ shadow_mode: {shadow} }}\n"),
