@@ -39,6 +39,10 @@ pub(crate) struct Service {
     running: parking_lot::Mutex<ServiceConfig>,
     /// The Envoy RLS and HTTP API options a reload may change.
     rls_options: sluice_rls::SharedOptions,
+    /// The files the last reload (or the start) read, with their modification times: the file
+    /// watcher reloads when the files under the config's rule paths differ from these, so a
+    /// change that `POST /reload` or `SIGHUP` already applied is not reloaded a second time.
+    seen: parking_lot::Mutex<Vec<(PathBuf, Option<SystemTime>)>>,
     /// Each gateway worker's handle, by the gateway's listen address.
     pub(crate) gateways:
         parking_lot::Mutex<Vec<(std::net::SocketAddr, sluice_http::GatewayHandle)>>,
@@ -92,7 +96,49 @@ impl Service {
     /// Loads the config again and swaps the engine; on any error the running rules stay.
     pub(crate) async fn reload(&self, why: &str) -> Result<String, String> {
         let _one_at_a_time = self.reload_lock.lock().await;
+        self.reload_locked(why)
+    }
+
+    /// Reloads when a watched file changed since the last reload of any trigger, or a rule file
+    /// appeared in or left a rules directory; `None` when nothing changed.
+    async fn reload_if_changed(&self, why: &str) -> Option<Result<String, String>> {
+        let _one_at_a_time = self.reload_lock.lock().await;
+        let now = self.watched_files();
+        if now == *self.seen.lock() {
+            return None;
+        }
+        Some(self.reload_locked(why))
+    }
+
+    /// The files of the config in effect, with their modification times (no lock held while
+    /// reading them).
+    fn watched_files(&self) -> Vec<(PathBuf, Option<SystemTime>)> {
+        let (file, rule_paths) = {
+            let running = self.running.lock();
+            (running.file.clone(), running.rule_paths.clone())
+        };
+        watched_files(&file, &rule_paths)
+    }
+
+    /// [`Service::reload`] with the reload lock held.
+    fn reload_locked(&self, why: &str) -> Result<String, String> {
+        // Read before loading: a file written while the reload reads it looks changed to the
+        // watcher, which loads it once more.
+        let before = self.watched_files();
         let result = self.reload_now(why);
+        // On success `running` names the new config's rule paths; a failed reload keeps the
+        // old ones, and the watcher waits for the next change rather than failing again.
+        let after = self.watched_files();
+        *self.seen.lock() = after
+            .into_iter()
+            .map(|(file, time)| {
+                let read = before
+                    .iter()
+                    .find(|(f, _)| *f == file)
+                    .map_or(time, |b| b.1);
+                (file, read)
+            })
+            .collect();
         let (ok, message) = match &result {
             Ok(m) => (true, m.clone()),
             Err(e) => (false, e.clone()),
@@ -163,14 +209,19 @@ impl Service {
     }
 }
 
-/// Modification times of the config file and every rule file it names.
-fn watched_files(config: &ServiceConfig) -> Vec<(PathBuf, Option<SystemTime>)> {
-    let mut files = vec![config.file.clone()];
-    for p in &config.rule_paths {
+/// Modification times of the config file and every rule file it names (a directory's files
+/// listed anew on each call).
+fn watched_files(file: &Path, rule_paths: &[PathBuf]) -> Vec<(PathBuf, Option<SystemTime>)> {
+    let mut files = vec![file.to_path_buf()];
+    for p in rule_paths {
         if p.is_dir() {
             if let Ok(dir) = std::fs::read_dir(p) {
-                let mut entries: Vec<PathBuf> =
-                    dir.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                // The files a reload reads (`*.yaml`, `*.yml`): an editor's swap file coming
+                // and going reloads nothing.
+                let mut entries: Vec<PathBuf> = dir
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+                    .collect();
                 entries.sort();
                 files.extend(entries);
             }
@@ -261,6 +312,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             engine.load().now() / 1_000_000,
         ),
         running: parking_lot::Mutex::new(config.clone()),
+        seen: parking_lot::Mutex::new(watched_files(&config.file, &config.rule_paths)),
         rls_options: rls_options.clone(),
         gateways: parking_lot::Mutex::new(Vec::new()),
         doors: doors.clone(),
@@ -427,9 +479,6 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         tokio::spawn(async move {
             let mut hup =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            let mut seen = sluice_config::load(&service.config_path)
-                .map(|c| watched_files(&c))
-                .unwrap_or_default();
             let mut poll = tokio::time::interval(Duration::from_secs(2));
             loop {
                 let hup_signal = async {
@@ -441,16 +490,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
                 tokio::select! {
                     _ = stopped(stop.clone()) => break,
                     _ = hup_signal => { let _ = service.reload("SIGHUP").await; }
-                    _ = poll.tick() => {
-                        let now: Vec<_> = seen.iter().map(|(f, _)| (f.clone(), std::fs::metadata(f).and_then(|m| m.modified()).ok())).collect();
-                        if now != seen {
-                            if service.reload("file change").await.is_ok() {
-                                seen = sluice_config::load(&service.config_path).map(|c| watched_files(&c)).unwrap_or(now);
-                            } else {
-                                seen = now;
-                            }
-                        }
-                    }
+                    _ = poll.tick() => { let _ = service.reload_if_changed("file change").await; }
                 }
             }
         })

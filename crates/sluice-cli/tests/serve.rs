@@ -415,6 +415,55 @@ async fn reload_keeps_counters_and_a_bad_reload_keeps_the_rules() {
     assert!(status.success(), "{status:?}");
 }
 
+/// The file watcher sees a rule file added to a rules directory, and does not load again what
+/// `POST /reload` already applied (the status page's "last reload" stays the user's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_sees_a_new_rule_file_and_does_not_repeat_a_posted_reload() {
+    let serve = Serve::start("watch-new", "memory://", &[("edge.yaml", RULES)]);
+    let ask_extra = || {
+        http_call(
+            serve.http,
+            "POST",
+            "/json",
+            r#"{"domain":"extra","descriptors":[{"entries":[{"key":"user","value":"x"}]}]}"#,
+        )
+    };
+    assert_eq!(ask_extra().0, 404, "no domain `extra` yet");
+    std::fs::write(
+        serve.rules_dir().join("extra.yaml"),
+        "domain: extra\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+    )
+    .unwrap();
+    let mut known = false;
+    for _ in 0..40 {
+        if ask_extra().0 == 200 {
+            known = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(known, "a new rule file not picked up: {}", serve.log_tail());
+
+    // A change applied by `POST /reload`: the watcher's next polls find nothing new.
+    std::fs::write(
+        serve.rules_dir().join("extra.yaml"),
+        "domain: extra\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 2 }\n",
+    )
+    .unwrap();
+    let (status, body) = http_call(serve.admin, "POST", "/reload", "");
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let (status, body) = http_call(serve.admin, "GET", "/status.json", "");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let last = &v["config"]["last_reload"];
+    assert_eq!(
+        last["trigger"], "http",
+        "reloaded again after POST /reload: {last}"
+    );
+    assert_eq!(last["ok"], true, "{last}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_share_one_redis() {
     let redis = RedisServer::start();
