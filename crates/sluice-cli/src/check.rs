@@ -62,6 +62,13 @@ pub fn render(config: &ServiceConfig) -> String {
                     if r.mode == Mode::Synced && matches!(config.store, StoreConfig::Memory) {
                         extra.push_str("  runs as local (one instance on the memory store)");
                     }
+                    if !r.cooldown.is_zero() {
+                        let _ = write!(
+                            extra,
+                            "  cooldown={}",
+                            sluice_core::format_duration(r.cooldown)
+                        );
+                    }
                     (
                         r.rate.limit().to_string(),
                         sluice_core::format_duration(r.rate.window()),
@@ -147,6 +154,28 @@ mod tests {
         // With the embedded store nothing is shared, nothing decided at a store.
         let memory = render_with("memory://");
         assert!(!memory.contains("decided at the store"), "{memory}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_rule_shows_its_cooldown_its_own_or_the_default() {
+        let dir = std::env::temp_dir().join(format!("sluice-check-cd-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rules")).unwrap();
+        std::fs::write(
+            dir.join("rules/edge.yaml"),
+            "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 10s, requests_per_unit: 2, cooldown: 25s }\n  - key: ip\n    rate_limit: { window: 10s, requests_per_unit: 2 }\n  - key: tenant\n    rate_limit: { window: 10s, requests_per_unit: 2, cooldown: 0s }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("sluice.yaml"),
+            "rules: [rules/]\ndefaults: { cooldown: 5s }\n",
+        )
+        .unwrap();
+        let text = render(&sluice_config::load(&dir.join("sluice.yaml")).unwrap());
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].ends_with("  cooldown=25s"), "{text}");
+        assert!(lines[2].ends_with("  cooldown=5s"), "{text}");
+        assert!(!lines[3].contains("cooldown"), "{text}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
