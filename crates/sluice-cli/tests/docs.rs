@@ -83,6 +83,31 @@ fn getting_started_runs_as_written() {
             "port {port} is in use on this machine; docs/GETTING-STARTED.md needs it free"
         );
     }
+    // The page's limits are per minute, and minutes start on the clock's :00: a step whose
+    // requests straddle one sees a fresh window (a 200 where the page shows a 429). Such a run
+    // says nothing of the page, so it runs once more (the second run is a few seconds long and
+    // starts right after a minute began).
+    let mut run = run_page(&steps);
+    if !run.passed(&steps) && run.crossed_a_minute() {
+        eprintln!("the run crossed a minute boundary; running the page again");
+        run = run_page(&steps);
+    }
+    run.assert_as_written(&steps);
+}
+
+/// One run of the page's steps, as a script in a scratch directory.
+struct PageRun {
+    dir: PathBuf,
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+    printed: Vec<String>,
+    started: std::time::SystemTime,
+    ended: std::time::SystemTime,
+}
+
+fn run_page(steps: &[(String, Option<String>)]) -> PageRun {
+    let started = std::time::SystemTime::now();
     let dir = std::env::temp_dir().join(format!("sluice-docs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -150,24 +175,56 @@ fn getting_started_runs_as_written() {
         }
     }
     eprintln!("{stdout}");
-    let log = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-    assert!(
-        status.success() && printed.len() == steps.len(),
-        "the page stopped in step {} ({status}):\n{}\nstdout:\n{stdout}\nstderr:\n{stderr}\nserve.log:\n{}",
-        printed.len(),
-        steps[printed.len().min(steps.len() - 1)].0,
-        log("serve.log")
-    );
-    for ((text, expected), got) in steps.iter().zip(&printed) {
-        if let Some(expected) = expected {
-            assert_eq!(
-                got.trim_end(),
-                expected.trim_end(),
-                "the output of:\n{text}"
-            );
-        }
+    PageRun {
+        dir,
+        status,
+        stdout,
+        stderr,
+        printed,
+        started,
+        ended: std::time::SystemTime::now(),
     }
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+impl PageRun {
+    fn passed(&self, steps: &[(String, Option<String>)]) -> bool {
+        self.status.success()
+            && self.printed.len() == steps.len()
+            && steps.iter().zip(&self.printed).all(|((_, expected), got)| {
+                expected
+                    .as_ref()
+                    .is_none_or(|e| got.trim_end() == e.trim_end())
+            })
+    }
+
+    fn crossed_a_minute(&self) -> bool {
+        let minute = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() / 60
+        };
+        minute(self.started) != minute(self.ended)
+    }
+
+    fn assert_as_written(&self, steps: &[(String, Option<String>)]) {
+        let (stdout, stderr, status) = (&self.stdout, &self.stderr, self.status);
+        let log = |name: &str| std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+        assert!(
+            status.success() && self.printed.len() == steps.len(),
+            "the page stopped in step {} ({status}):\n{}\nstdout:\n{stdout}\nstderr:\n{stderr}\nserve.log:\n{}",
+            self.printed.len(),
+            steps[self.printed.len().min(steps.len() - 1)].0,
+            log("serve.log")
+        );
+        for ((text, expected), got) in steps.iter().zip(&self.printed) {
+            if let Some(expected) = expected {
+                assert_eq!(
+                    got.trim_end(),
+                    expected.trim_end(),
+                    "the output of:\n{text}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// How a `sluice.yaml` (or a part of one) in the docs starts.

@@ -119,6 +119,21 @@ fn token_at(text: &str, line: u64, column: u64) -> String {
     rest.trim().chars().take(60).collect()
 }
 
+/// For a key that takes a mapping where a single value was written, how to write it.
+fn mapping_hint(text: &str, line: u64) -> &'static str {
+    let key = text
+        .lines()
+        .nth(line.saturating_sub(1) as usize)
+        .and_then(|l| l.trim_start().split(':').next())
+        .unwrap_or("");
+    match key {
+        "listen" => {
+            "; `listen` names each listener, e.g. `listen: { http: localhost:8080, grpc: localhost:8081, admin: localhost:9090 }` (a listener left out keeps its default)"
+        }
+        _ => "",
+    }
+}
+
 fn friendly_type(expected: &str) -> String {
     let expected = expected.trim();
     if expected.starts_with("sequence") {
@@ -186,9 +201,10 @@ pub fn describe_yaml_error(
             expected,
             ..
         } => format!(
-            "wrong type: expected {}, found {}",
+            "wrong type: expected {}, found {}{}",
             friendly_type(expected),
-            friendly_found(unexpected)
+            friendly_found(unexpected),
+            mapping_hint(text, line)
         ),
         E::SerdeInvalidValue {
             unexpected,
@@ -212,9 +228,10 @@ pub fn describe_yaml_error(
             token_at(text, line, column)
         ),
         E::Unexpected { expected, .. } => format!(
-            "wrong type: expected {}, found `{}`",
+            "wrong type: expected {}, found `{}`{}",
             friendly_type(expected),
-            token_at(text, line, column)
+            token_at(text, line, column),
+            mapping_hint(text, line)
         ),
         E::Eof { .. } => empty.to_owned(),
         E::NullIntoString { .. } => {
