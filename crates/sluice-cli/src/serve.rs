@@ -212,7 +212,7 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         .context("cannot set the metrics' histogram buckets")?
         .install_recorder()
         .context("cannot install the metrics recorder")?;
-    sluice_engine::describe_metrics(env!("CARGO_PKG_VERSION"));
+    sluice_engine::describe_metrics(crate::build_info::metric_labels());
     Ok(handle)
 }
 
