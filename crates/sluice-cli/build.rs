@@ -28,8 +28,8 @@ fn main() {
         "unknown".to_owned()
     };
     let date = match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(s) => s.trim().parse::<i64>().ok().map(civil_date),
-        Err(_) => now_epoch().map(civil_date),
+        Ok(s) if !s.trim().is_empty() => s.trim().parse::<i64>().ok().map(civil_date),
+        _ => now_epoch().map(civil_date),
     }
     .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=SLUICE_COMMIT={commit}");

@@ -418,10 +418,11 @@ fn runtime_base() -> &'static str {
     BASE
 }
 
-/// Removes the container and image a test made, whatever happened.
+/// Removes the container and every image a test's build made (the build labels them all,
+/// the stages' and the cache's too), whatever happened.
 struct PodmanCleanup {
     container: String,
-    image: String,
+    label: String,
 }
 
 impl Drop for PodmanCleanup {
@@ -429,7 +430,17 @@ impl Drop for PodmanCleanup {
         let _ = podman()
             .args(["rm", "--force", "--time", "0", &self.container])
             .output();
-        let _ = podman().args(["rmi", "--force", &self.image]).output();
+        let ids = podman()
+            .args(["images", "--all", "--quiet", "--filter"])
+            .arg(format!("label={}", self.label))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let mut ids: Vec<&str> = ids.split_whitespace().collect();
+        ids.dedup();
+        if !ids.is_empty() {
+            let _ = podman().args(["rmi", "--force"]).args(ids).output();
+        }
     }
 }
 
@@ -497,13 +508,14 @@ fn the_container_recipe_lints_builds_and_runs_as_a_non_root_user() {
         .arg(context.join("target/container/sluice")));
     let name = format!("sluice-test-{}", std::process::id());
     let image = format!("localhost/{name}:test");
+    let label = format!("sluice-test={name}");
     let _cleanup = PodmanCleanup {
         container: name.clone(),
-        image: image.clone(),
+        label: label.clone(),
     };
     run(podman()
         // The docker format: OCI images have no HEALTHCHECK.
-        .args(["build", "--quiet", "--format", "docker"])
+        .args(["build", "--quiet", "--format", "docker", "--label", &label])
         .args(["--build-arg", "BINARY=prebuilt", "--build-arg"])
         .arg(format!("RUNTIME_IMAGE={base}"))
         .arg("--file")
