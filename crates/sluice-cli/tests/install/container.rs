@@ -217,6 +217,14 @@ fn the_container_recipe_lints_builds_and_runs_as_a_non_root_user() {
         .arg("run")
         .args(podman_run_limits())
         .args(["--detach", "--name", &name])
+        // As deploy/kubernetes/sluice.yaml runs it: a read-only root, no capabilities.
+        .args([
+            "--read-only",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+        ])
         .args(["--publish", &format!("127.0.0.1:{http}:8080")])
         .args(["--publish", &format!("127.0.0.1:{admin}:9090")])
         .args(["--volume", &format!("{}:/etc/sluice:ro", etc.display())])
