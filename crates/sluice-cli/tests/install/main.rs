@@ -1,13 +1,19 @@
 //! The ways in of docs/INSTALL.md, each checked here with the debug binary this test run
-//! built (no release build): the Debian package (built by `scripts/package.sh --no-build`
-//! with cargo-deb, inspected, unpacked into a temporary root and run with its own config), the
-//! container image (linted with hadolint, built and run with podman on a Debian base made by
-//! mmdebstrap) and the Kubernetes manifests (rendered by `kubectl kustomize`, validated against
-//! Kubernetes' schemas by kubernetes-validate, their Sluice config checked by `sluice check`,
-//! their Envoy configs by `envoy --mode validate`). scripts/test.sh installs every tool.
+//! built (no release build):
 //!
-//! One test binary, a file per way in: `deb.rs`, `container.rs`, `kubernetes.rs`; the helpers
-//! they share are here.
+//! - `deb.rs`: the Debian package, built by `scripts/package.sh --no-build` with cargo-deb,
+//!   inspected (metadata, files, conffiles, maintainer scripts), unpacked into a temporary
+//!   root and run with its own config until `/readyz` answers, its unit checked by
+//!   `systemd-analyze verify` and `security`; then installed with dpkg in a Debian container
+//!   running systemd, where the unit starts, reloads, survives an upgrade and stops.
+//! - `container.rs`: the Containerfile linted by hadolint, built by podman on a Debian base made
+//!   by mmdebstrap, and run read-only with its config from a mounted directory.
+//! - `kubernetes.rs`: the manifests rendered by `kubectl kustomize` and validated against
+//!   Kubernetes' schemas by kubernetes-validate, offline; their Sluice config loaded by `sluice
+//!   check`, their Envoy configs (and the Istio EnvoyFilter's patches) by `envoy --mode
+//!   validate`.
+//!
+//! scripts/test.sh installs every tool; the helpers the files share are here.
 
 #[path = "../common/mod.rs"]
 mod common;
