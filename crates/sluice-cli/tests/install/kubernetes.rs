@@ -215,3 +215,87 @@ fn the_kubernetes_manifests_render_validate_and_hold_together() {
     std::fs::write(&istio, bootstrap.to_string()).unwrap();
     envoy_validates(&istio);
 }
+
+/// Writes `files` (path in the volume, text) as the kubelet writes a ConfigMap volume: into a
+/// new hidden directory, swapped in by renaming the `..data` symlink over the old one, every
+/// visible name a symlink through `..data`; the old directory is then removed.
+fn kubelet_write(volume: &Path, files: &[(&str, String)], generation: u32) {
+    let fresh = format!("..2026_01_01_00_00_0{generation}");
+    for (path, text) in files {
+        let file = volume.join(&fresh).join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, text).unwrap();
+    }
+    let old = std::fs::read_link(volume.join("..data")).ok();
+    let _ = std::fs::remove_file(volume.join("..data_tmp"));
+    std::os::unix::fs::symlink(&fresh, volume.join("..data_tmp")).unwrap();
+    std::fs::rename(volume.join("..data_tmp"), volume.join("..data")).unwrap();
+    for (path, _) in files {
+        let top = path.split('/').next().unwrap();
+        let link = volume.join(top);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{top}"), link).unwrap();
+        }
+    }
+    if let Some(old) = old {
+        std::fs::remove_dir_all(volume.join(old)).unwrap();
+    }
+}
+
+#[test]
+fn a_configmap_update_written_as_the_kubelet_writes_it_is_reloaded() {
+    use crate::common::http_call;
+    use sluice_testkit::{free_port, wait_until};
+    use std::time::Duration;
+
+    // The ConfigMap's config and rules, on the memory store and free loopback ports.
+    let (http, grpc, admin) = (free_port(), free_port(), free_port());
+    let config = std::fs::read_to_string(root().join("deploy/kubernetes/config/sluice.yaml"))
+        .unwrap()
+        .replace("redis://redis:6379/0", "memory://")
+        .replace("0.0.0.0:8080", &format!("127.0.0.1:{http}"))
+        .replace("0.0.0.0:8081", &format!("127.0.0.1:{grpc}"))
+        .replace("0.0.0.0:9090", &format!("127.0.0.1:{admin}"))
+        .replace("state_dir: /var/lib/sluice", "");
+    let rules = std::fs::read_to_string(root().join("deploy/kubernetes/rules/api.yaml")).unwrap();
+    let scratch = Scratch::new("configmap");
+    let volume = scratch.0.join("etc-sluice");
+    std::fs::create_dir_all(&volume).unwrap();
+    let files = |rules: String| vec![("sluice.yaml", config.clone()), ("rules/api.yaml", rules)];
+    kubelet_write(&volume, &files(rules.clone()), 1);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config"])
+        .arg(volume.join("sluice.yaml"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = || -> Value {
+        serde_json::from_str(&http_call(admin, "GET", "/status.json", "").1).unwrap_or_default()
+    };
+    let up = wait_until(Duration::from_secs(20), || {
+        http_call(admin, "GET", "/readyz", "").0 == 200
+    });
+    // The new version of the rules: a per-client limit of 120 instead of 100.
+    let edited = rules.replace("requests_per_unit: 100", "requests_per_unit: 120");
+    assert_ne!(edited, rules);
+    if up {
+        kubelet_write(&volume, &files(edited), 2);
+    }
+    let reloaded = up
+        && wait_until(Duration::from_secs(15), || {
+            let r = &status()["config"]["last_reload"];
+            r["trigger"] == "file change" && r["ok"] == true
+        });
+    let (_, running) = http_call(admin, "GET", "/rlconfig", "");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(up, "sluice serve did not come up on the ConfigMap's config");
+    assert!(
+        reloaded,
+        "the swapped ConfigMap was not reloaded: {}",
+        status()
+    );
+    assert!(running.contains("120 per 1m"), "{running}");
+}
