@@ -11,7 +11,8 @@
 //! - `kubernetes.rs`: the manifests rendered by `kubectl kustomize` and validated against
 //!   Kubernetes' schemas by kubernetes-validate, offline; their Sluice config loaded by `sluice
 //!   check`, their Envoy configs (and the Istio EnvoyFilter's patches) by `envoy --mode
-//!   validate`.
+//!   validate`; and the ConfigMap's rules, swapped in as the kubelet updates a volume, reloaded
+//!   by a running `sluice serve`.
 //!
 //! scripts/test.sh installs every tool; the helpers the files share are here.
 
