@@ -1,7 +1,9 @@
 //! `sluice dist-files --out DIR` (hidden): the man pages and shell completions that packages
 //! ship, generated from the CLI definition itself so they never drift from `--help`.
-//! `scripts/package.sh` runs it before `cargo deb`; the Debian package installs
-//! `DIR/man/*.1` and `DIR/completions/{sluice.bash,_sluice,sluice.fish}`.
+//! `scripts/package.sh` runs it (and gzips the pages) before `cargo deb`; the Debian package
+//! installs `DIR/man/*.1.gz` and `DIR/completions/{sluice.bash,_sluice,sluice.fish}`. Being a
+//! subcommand of the binary rather than a build script or an xtask, it needs no second build:
+//! whatever binary is packaged writes its own pages.
 
 use std::path::{Path, PathBuf};
 

@@ -12,17 +12,22 @@ use crate::common::http_call;
 use crate::deb::status_json;
 use crate::{Scratch, copy_dir, root, run, stdout, tool};
 
-/// The final stage of a Containerfile: its instructions, one per logical line.
-fn final_stage(containerfile: &str) -> Vec<String> {
+/// A Containerfile's stages: each `FROM` line with the instructions under it, one per
+/// logical line.
+fn stages(containerfile: &str) -> Vec<Vec<String>> {
     let joined = containerfile.replace("\\\n", " ");
-    let lines: Vec<String> = joined
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect();
-    let last_from = lines.iter().rposition(|l| l.starts_with("FROM ")).unwrap();
-    lines[last_from..].to_vec()
+    let mut stages: Vec<Vec<String>> = Vec::new();
+    for line in joined.lines().map(str::trim) {
+        if line.starts_with("FROM ") {
+            stages.push(vec![line.to_owned()]);
+        } else if let Some(stage) = stages
+            .last_mut()
+            .filter(|_| !line.is_empty() && !line.starts_with('#'))
+        {
+            stage.push(line.to_owned());
+        }
+    }
+    stages
 }
 
 pub(crate) fn podman() -> Command {
@@ -123,10 +128,23 @@ fn the_container_recipe_lints_builds_and_runs_as_a_non_root_user() {
     ))
     .args(["--failure-threshold", "style"])
     .arg(&file));
-    // What hadolint does not ask for: several stages, and a final one that runs as a numeric
-    // non-root user, checks its health on the admin listener, takes config from a volume.
-    assert!(text.matches("\nFROM ").count() >= 3, "a multi-stage build");
-    let last = final_stage(&text);
+    // What hadolint does not ask for: a build stage, and a runtime stage under both ways to
+    // the binary (compiled, the default last stage; prebuilt, the tests') that runs as a
+    // numeric non-root user, checks its health on the admin listener, takes config from a
+    // volume.
+    let stages = stages(&text);
+    let froms: Vec<&str> = stages.iter().map(|s| s[0].as_str()).collect();
+    assert_eq!(
+        froms,
+        [
+            "FROM ${BUILD_IMAGE} AS build",
+            "FROM ${RUNTIME_IMAGE} AS runtime",
+            "FROM runtime AS prebuilt",
+            "FROM runtime AS image",
+        ]
+    );
+    assert!(stages[3].contains(&"COPY --from=build /out/sluice /usr/bin/sluice".to_owned()));
+    let last = &stages[1];
     let user = last
         .iter()
         .rev()
@@ -158,7 +176,7 @@ fn the_container_recipe_lints_builds_and_runs_as_a_non_root_user() {
         "the health check's port"
     );
 
-    // Built with the debug binary (BINARY=prebuilt) on a base made from Debian's packages.
+    // Built with the debug binary (`--target prebuilt`) on a base made from Debian's packages.
     tool("podman", "Debian's podman package");
     tool("runc", "Debian's runc package");
     let base = runtime_base();
@@ -184,7 +202,7 @@ fn the_container_recipe_lints_builds_and_runs_as_a_non_root_user() {
     run(podman()
         // The docker format: OCI images have no HEALTHCHECK.
         .args(["build", "--quiet", "--format", "docker", "--label", &label])
-        .args(["--build-arg", "BINARY=prebuilt", "--build-arg"])
+        .args(["--target", "prebuilt", "--build-arg"])
         .arg(format!("RUNTIME_IMAGE={base}"))
         .arg("--file")
         .arg(context.join("deploy/container/Containerfile"))
