@@ -420,16 +420,16 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         ))
     };
 
-    // Reload on SIGHUP and when a watched file changes.
+    // Reload on SIGHUP and when a watched file changes. Both are set up before the listeners
+    // answer: a change made as soon as the instance is ready (a ConfigMap updated right after
+    // a rollout) is a change, not the files' first reading, and an early SIGHUP (a reload
+    // right after a start) reloads instead of ending the process.
     let reloader = {
         let service = service.clone();
         let stop = stop_rx.clone();
+        let mut seen = watched_files(&config);
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         tokio::spawn(async move {
-            let mut hup =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            let mut seen = sluice_config::load(&service.config_path)
-                .map(|c| watched_files(&c))
-                .unwrap_or_default();
             let mut poll = tokio::time::interval(Duration::from_secs(2));
             loop {
                 let hup_signal = async {

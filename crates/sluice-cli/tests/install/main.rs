@@ -67,7 +67,7 @@ pub(crate) fn stdout(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&run(cmd).stdout).into_owned()
 }
 
-/// A tool the test needs, with what installs it.
+/// A tool the test needs, with what installs it (for the message when it is missing).
 pub(crate) fn tool(path: &str, installed_by: &str) -> PathBuf {
     let found = if path.contains('/') {
         let p = root().join(path);
@@ -79,9 +79,7 @@ pub(crate) fn tool(path: &str, installed_by: &str) -> PathBuf {
                 .find(|p| p.is_file())
         })
     };
-    found.unwrap_or_else(|| {
-        panic!("{path} is missing: {installed_by} (scripts/test.sh installs it)")
-    })
+    found.unwrap_or_else(|| panic!("{path} is missing: {installed_by}"))
 }
 
 pub(crate) fn copy_dir(from: &Path, to: &Path) {
