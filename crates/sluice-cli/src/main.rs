@@ -3,12 +3,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 mod access;
 mod admin;
 mod admission;
+mod build_info;
 mod check;
+mod dist_files;
 mod door_metrics;
 mod gateway_workers;
 mod geo;
@@ -26,7 +28,7 @@ mod tls;
 
 /// Sluice: a distributed rate limiter.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about, long_about = None)]
+#[command(name = "sluice", version = build_info::LONG_VERSION, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -72,6 +74,30 @@ enum Command {
         /// Print the JSON as it came.
         #[arg(long)]
         json: bool,
+    },
+    /// Ask a running instance's admin listener whether it is ready (`/readyz`, or `--path`):
+    /// exit 0 on 200, 1 otherwise. For container health checks, where no curl is installed.
+    Probe {
+        /// The admin listener (default: the one `--config` names, else 127.0.0.1:9090).
+        #[arg(long)]
+        admin: Option<String>,
+        /// The instance's sluice.yaml: its admin listener.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The path to ask (`/healthz`: the process answers; `/readyz`: it takes traffic).
+        #[arg(long, default_value = "/readyz")]
+        path: String,
+        /// Seconds to wait for the answer.
+        #[arg(long, default_value_t = 3)]
+        timeout: u64,
+    },
+    /// Write the man pages and shell completions (bash, zsh, fish) generated from this CLI
+    /// into OUT/man and OUT/completions, for packages.
+    #[command(hide = true)]
+    DistFiles {
+        /// The directory to write into.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Run a simulation scenario: the real engine on simulated nodes, every policy on the same
     /// traffic; prints a table and writes OUT/summary.json and plots (SVG and PNG).
@@ -141,6 +167,18 @@ fn main() -> ExitCode {
                 let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
                 ExitCode::SUCCESS
             }),
+        Command::Probe {
+            admin,
+            config,
+            path,
+            timeout,
+        } => probe(admin, config.as_deref(), &path, timeout),
+        Command::DistFiles { out } => dist_files::write(Cli::command(), &out).map(|files| {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+            ExitCode::SUCCESS
+        }),
         Command::Serve { config, log_format } => {
             init_logs(log_format);
             tokio::runtime::Builder::new_multi_thread()
@@ -162,6 +200,35 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `sluice probe`: 0 when the admin listener answers `path` with 200, 1 (with the reason on
+/// stderr) otherwise.
+fn probe(
+    admin: Option<String>,
+    config: Option<&std::path::Path>,
+    path: &str,
+    timeout: u64,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(path.starts_with('/'), "--path {path}: must start with /");
+    let (admin, _) = status_cli::target(admin, config, None)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (uri, status, body) = rt.block_on(status_cli::get(
+        &admin,
+        path,
+        None,
+        std::time::Duration::from_secs(timeout.max(1)),
+    ))?;
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    if status == http::StatusCode::OK {
+        println!("{uri}: {}", text.trim());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("{uri} answered {status}: {}", text.trim());
+        Ok(ExitCode::FAILURE)
     }
 }
 

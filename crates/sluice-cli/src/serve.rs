@@ -263,7 +263,7 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         .context("cannot set the metrics' histogram buckets")?
         .install_recorder()
         .context("cannot install the metrics recorder")?;
-    sluice_engine::describe_metrics(env!("CARGO_PKG_VERSION"));
+    sluice_engine::describe_metrics(crate::build_info::metric_labels());
     Ok(handle)
 }
 
@@ -472,13 +472,16 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         ))
     };
 
-    // Reload on SIGHUP and when a watched file changes.
+    // Reload on SIGHUP and when a watched file changes. Both are set up before the listeners
+    // answer: the files' first reading is taken with the service (`Service::seen`), so a change
+    // made as soon as the instance is ready (a ConfigMap updated right after a rollout) is a
+    // change, and an early SIGHUP (a reload right after a start) reloads instead of ending the
+    // process.
     let reloader = {
         let service = service.clone();
         let stop = stop_rx.clone();
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         tokio::spawn(async move {
-            let mut hup =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
             let mut poll = tokio::time::interval(Duration::from_secs(2));
             loop {
                 let hup_signal = async {

@@ -71,6 +71,9 @@ pub(crate) struct Point {
 pub(crate) struct Status {
     pub format: u32,
     pub version: &'static str,
+    /// The git commit it was built from, and the build date (`build_info.rs`).
+    pub commit: &'static str,
+    pub build_date: &'static str,
     pub now_ms: u64,
     pub uptime_s: u64,
     pub config: ConfigStatus,
@@ -192,7 +195,9 @@ impl Book {
             .collect();
         Status {
             format: FORMAT,
-            version: env!("CARGO_PKG_VERSION"),
+            version: crate::build_info::VERSION,
+            commit: crate::build_info::COMMIT,
+            build_date: crate::build_info::BUILD_DATE,
             now_ms,
             uptime_s: now_ms.saturating_sub(self.started_ms) / 1000,
             config: ConfigStatus {

@@ -38,6 +38,24 @@ pub(crate) fn target(
 
 /// Fetches `admin`'s `/status.json` (with the bearer token in `token_file`, if any).
 pub(crate) async fn fetch(admin: &str, token_file: Option<&Path>) -> anyhow::Result<Value> {
+    let (uri, status, body) =
+        get(admin, "/status.json", token_file, Duration::from_secs(10)).await?;
+    anyhow::ensure!(
+        status.is_success(),
+        "{uri} answered {status}: {}",
+        String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
+    );
+    serde_json::from_slice(&body).with_context(|| format!("{uri} did not answer a status"))
+}
+
+/// `GET path` on the admin listener `admin` (an address or `http://` URL), within `timeout`:
+/// the URI asked, the answer's status and its body (at most [`MAX_ANSWER`] bytes).
+pub(crate) async fn get(
+    admin: &str,
+    path: &str,
+    token_file: Option<&Path>,
+    timeout: Duration,
+) -> anyhow::Result<(http::Uri, http::StatusCode, hyper::body::Bytes)> {
     let base = admin.trim_end_matches('/');
     let base = if base.contains("://") {
         base.to_owned()
@@ -48,7 +66,7 @@ pub(crate) async fn fetch(admin: &str, token_file: Option<&Path>) -> anyhow::Res
         base.starts_with("http://"),
         "--admin {admin}: only http:// admin listeners can be read (put the status behind TLS with a proxy, or read it from the instance's host)"
     );
-    let uri: http::Uri = format!("{base}/status.json")
+    let uri: http::Uri = format!("{base}{path}")
         .parse()
         .with_context(|| format!("--admin {admin} is not an address"))?;
     let mut request = http::Request::get(uri.clone());
@@ -60,9 +78,9 @@ pub(crate) async fn fetch(admin: &str, token_file: Option<&Path>) -> anyhow::Res
     let request = request.body(http_body_util::Empty::<hyper::body::Bytes>::new())?;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http();
-    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+    let response = tokio::time::timeout(timeout, client.request(request))
         .await
-        .with_context(|| format!("{uri} did not answer within 10 s"))?
+        .with_context(|| format!("{uri} did not answer within {} s", timeout.as_secs_f64()))?
         .with_context(|| format!("cannot reach {uri}"))?;
     let status = response.status();
     let body = http_body_util::Limited::new(response.into_body(), MAX_ANSWER)
@@ -70,12 +88,7 @@ pub(crate) async fn fetch(admin: &str, token_file: Option<&Path>) -> anyhow::Res
         .await
         .map_err(|e| anyhow::anyhow!("cannot read the answer of {uri}: {e}"))?
         .to_bytes();
-    anyhow::ensure!(
-        status.is_success(),
-        "{uri} answered {status}: {}",
-        String::from_utf8_lossy(&body[..body.len().min(200)]).trim()
-    );
-    serde_json::from_slice(&body).with_context(|| format!("{uri} did not answer a status"))
+    Ok((uri, status, body))
 }
 
 fn num(v: &Value) -> String {
@@ -110,8 +123,13 @@ fn table(rows: &[Vec<String>]) -> String {
 
 /// The status as text: the instance, the store, then one table per rule with traffic.
 pub(crate) fn render(s: &Value) -> String {
+    // An instance older than the build fields shows its version alone.
+    let build = match (s["commit"].as_str(), s["build_date"].as_str()) {
+        (Some(commit), Some(date)) => format!(" (commit {commit}, built {date})"),
+        _ => String::new(),
+    };
     let mut out = format!(
-        "sluice {} instance {}, up {} s, config {}\n",
+        "sluice {}{build} instance {}, up {} s, config {}\n",
         num(&s["version"]),
         num(&s["node"]),
         num(&s["uptime_s"]),

@@ -36,7 +36,7 @@
     const head = h('p', {}, 'instance ', h('code', {}, s.node), `, up ${s.uptime_s} s; config `, h('code', {}, s.config.file), ` loaded ${ago(s.now_ms, s.config.loaded_at_ms)}`);
     const r = s.config.last_reload;
     if (r) head.append(`; last reload (${r.trigger}) ${ago(s.now_ms, r.at_ms)}: `, h('span', { class: r.ok ? 'ok' : 'bad' }, r.message));
-    page.append(h('header', {}, h('h1', {}, 'Sluice ', h('small', {}, s.version)), head));
+    page.append(h('header', {}, h('h1', {}, 'Sluice ', h('small', {}, `${s.version} (commit ${s.commit}, built ${s.build_date})`)), head));
     const st = s.store, fl = st.flushes;
     const store = h('section', {}, h('h2', {}, 'Store'), h('table', {},
       row(['health', 'live instances', 'last flush', 'flush took', 'flushes ok / failed', 'clock offset', 'exact breaker', 'spill to replay'], 'th'),

@@ -68,8 +68,10 @@ pub(crate) fn render(status: &Status) -> String {
     let mut body = String::new();
     let _ = write!(
         body,
-        r#"<header><h1>Sluice <small>{version}</small></h1><p>instance <code>{node}</code>, up {up} s; config <code>{file}</code> loaded {loaded}"#,
+        r#"<header><h1>Sluice <small>{version} (commit {commit}, built {built})</small></h1><p>instance <code>{node}</code>, up {up} s; config <code>{file}</code> loaded {loaded}"#,
         version = escape(status.version),
+        commit = escape(status.commit),
+        built = escape(status.build_date),
         node = escape(&e.node),
         up = status.uptime_s,
         file = escape(&status.config.file),

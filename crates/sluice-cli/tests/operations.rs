@@ -326,6 +326,23 @@ fn the_status_shows_who_is_denied_escaped_and_sluice_status_prints_it() {
     );
     assert!(text.contains("edge/user heaviest keys"), "{text}");
     assert!(text.contains(EVIL) && text.contains("blocked"), "{text}");
+    // The build, as `sluice --version` names it, on the page and in `sluice status`.
+    let version = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&version.stdout);
+    let build = version.trim().strip_prefix("sluice ").unwrap();
+    assert!(build.contains(&format!(
+        "(commit {}, built {})",
+        status["commit"].as_str().unwrap(),
+        status["build_date"].as_str().unwrap()
+    )));
+    assert!(page.contains(build), "{build} not on the page");
+    assert!(
+        text.starts_with(&format!("sluice {build} instance")),
+        "{text}"
+    );
 }
 
 fn chromium() -> PathBuf {

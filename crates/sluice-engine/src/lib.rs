@@ -54,6 +54,7 @@ pub use lineage::{Lineage, ReloadSummary};
 pub use status::{EngineStatus, KeyReport, RuleReport, StoreStatus};
 pub use synced::SMALL_LIMIT_SHARES;
 pub use telemetry::{
-    DECISION_BUCKETS, FLUSH_BUCKETS, METRIC_FAMILIES, MetricFamily, MetricKind, describe_metrics,
+    BuildInfo, DECISION_BUCKETS, FLUSH_BUCKETS, METRIC_FAMILIES, MetricFamily, MetricKind,
+    describe_metrics,
 };
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

@@ -113,7 +113,7 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_build_info",
         Gauge,
-        "Always 1; the labels say which build runs (version).",
+        "Always 1; the labels say which build runs (version, commit, build_date).",
         LATER,
     ),
     family(
@@ -350,9 +350,9 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
 ];
 
 /// Gives every family its `# HELP` and registers the series known at start at zero (the store
-/// as up, the breaker closed, `sluice_build_info` with `version`). Call once, after the
-/// recorder is installed.
-pub fn describe_metrics(version: &'static str) {
+/// as up, the breaker closed, `sluice_build_info` with the build's labels). Call once, after
+/// the recorder is installed.
+pub fn describe_metrics(build: BuildInfo) {
     for f in METRIC_FAMILIES {
         match f.kind {
             Counter => describe_counter!(f.name, f.help),
@@ -371,7 +371,25 @@ pub fn describe_metrics(version: &'static str) {
             }
         }
     }
-    gauge!("sluice_build_info", "version" => version).set(1.0);
+    gauge!(
+        "sluice_build_info",
+        "version" => build.version,
+        "commit" => build.commit,
+        "build_date" => build.build_date
+    )
+    .set(1.0);
+}
+
+/// Which build runs: the labels of `sluice_build_info` (the binary knows them; the engine only
+/// exports them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildInfo {
+    /// The crate version, e.g. `0.1.0`.
+    pub version: &'static str,
+    /// The git commit it was built from (12 hex digits), or `unknown`.
+    pub commit: &'static str,
+    /// The build date, `YYYY-MM-DD` (UTC), or `unknown`.
+    pub build_date: &'static str,
 }
 
 /// Times one decision in [`DECISION_SAMPLE`] for `sluice_decision_duration_seconds`: reading a
