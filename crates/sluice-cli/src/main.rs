@@ -5,24 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod access;
-mod admin;
-mod admission;
 mod check;
-mod door_metrics;
-mod gateway_workers;
-mod geo;
-mod guarded;
-mod host_check;
-mod key_mask;
-mod lifecycle;
-mod listener;
-mod reload;
-mod serve;
-mod status;
 mod status_cli;
-mod status_page;
-mod tls;
 
 /// Sluice: a distributed rate limiter.
 #[derive(Debug, Parser)]
@@ -148,7 +132,7 @@ fn main() -> ExitCode {
                 .build()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| {
-                    let served = rt.block_on(serve::run(&config));
+                    let served = rt.block_on(sluice_server::run(&config));
                     // Calls still running past `shutdown_timeout` are not waited for.
                     rt.shutdown_timeout(std::time::Duration::from_millis(200));
                     served

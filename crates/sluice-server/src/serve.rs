@@ -167,12 +167,12 @@ impl Service {
                 return failed(format!("invalid gateway upstream `{}`: {e}", g.upstream));
             }
         }
-        crate::check::log_warnings(&config);
+        crate::rule_listing::log_warnings(&config);
         let mut running = self.running.lock();
         let changes = crate::reload::changes(&running, &config);
         let old = self.engine.load_full();
         let new = old.reload(&config.rules, &config.defaults);
-        *self.rules_text.lock() = crate::check::render(&config);
+        *self.rules_text.lock() = crate::rule_listing::render(&config);
         let summary = new.reload_summary();
         let (kept, domains) = (summary.kept, summary.domains);
         // Counts of rules that went away still reach the store: the flusher keeps sweeping
@@ -270,7 +270,7 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(config_path: &Path) -> anyhow::Result<()> {
     let config = sluice_config::load(config_path)?;
-    crate::check::log_warnings(&config);
+    crate::rule_listing::log_warnings(&config);
     let prometheus = install_metrics()?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
     let doors = crate::admission::Doors::new(clock.clone());
@@ -305,7 +305,7 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
         prometheus: prometheus.clone(),
         store_is_memory,
         reload_lock: tokio::sync::Mutex::new(()),
-        rules_text: parking_lot::Mutex::new(crate::check::render(&config)),
+        rules_text: parking_lot::Mutex::new(crate::rule_listing::render(&config)),
         book: crate::status::Book::new(
             config_path.to_path_buf(),
             config.access.status_full_keys,
