@@ -24,8 +24,9 @@ mod listener;
 mod reload;
 pub mod rule_listing;
 mod serve;
+mod service;
 mod status;
 mod status_page;
 mod tls;
 
-pub use serve::run;
+pub use serve::{run, run_until};

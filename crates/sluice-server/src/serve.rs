@@ -1,55 +1,39 @@
 //! `sluice serve`: the engine, its flush timer, the gRPC and HTTP front doors, the admin
-//! listener, reloads (SIGHUP, `POST /reload`, file changes) and graceful shutdown.
+//! listener, reloads (SIGHUP, `POST /reload`, file changes) and graceful shutdown, started
+//! in named steps: load the config, build the engine on its store, bind every listener, serve
+//! the front doors, start the flush timer, the reload watcher and the gateways, then wait for
+//! the signal and shut down.
 
-use std::path::{Path, PathBuf};
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use sluice_config::{ServiceConfig, StoreConfig};
+use sluice_config::{Gateway, ListenerLimits, ServiceConfig, StoreConfig};
 use sluice_core::{Clock, CoarseClock, StdClock};
-use sluice_engine::{Engine, EngineOptions};
-use sluice_rls::{RlsOptions, SharedEngine};
+use sluice_engine::{Engine, EngineOptions, FlushReport, StateDir};
+use sluice_rls::SharedEngine;
 use sluice_store::{
     CounterStore, EtcdStore, EtcdStoreOptions, MemoryStore, RedisStore, RedisStoreOptions,
 };
-use tokio::sync::watch;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
 use crate::access::Token;
 use crate::admin::{admin_router, with_token};
-use crate::admission::{Admission, Buffering, Door};
+use crate::admission::{Admission, Buffering, Door, Doors};
 use crate::guarded::ConnectionCap;
 use crate::lifecycle::{keep_spill, open_state, wait_for_termination};
 use crate::listener::{connection_budget, guarded_incoming, protect, serve_http};
+use crate::service::Service;
 
-/// How the admin endpoints and the reload paths share state.
-pub(crate) struct Service {
-    config_path: PathBuf,
-    pub(crate) engine: SharedEngine,
-    pub(crate) prometheus: PrometheusHandle,
-    pub(crate) store_is_memory: bool,
-    reload_lock: tokio::sync::Mutex<()>,
-    /// The config file, reloads and the rates' history, for the status page.
-    pub(crate) book: crate::status::Book,
-    /// The running rules as `sluice check` prints them (`GET /rlconfig`).
-    pub(crate) rules_text: parking_lot::Mutex<String>,
-    /// The settings in effect: the start's, with what reloads applied.
-    running: parking_lot::Mutex<ServiceConfig>,
-    /// The Envoy RLS and HTTP API options a reload may change.
-    rls_options: sluice_rls::SharedOptions,
-    /// The files the last reload (or the start) read, with their modification times: the file
-    /// watcher reloads when the files under the config's rule paths differ from these, so a
-    /// change that `POST /reload` or `SIGHUP` already applied is not reloaded a second time.
-    seen: parking_lot::Mutex<Vec<(PathBuf, Option<SystemTime>)>>,
-    /// Each gateway worker's handle, by the gateway's listen address.
-    pub(crate) gateways:
-        parking_lot::Mutex<Vec<(std::net::SocketAddr, sluice_http::GatewayHandle)>>,
-    /// What each listener refused, for readiness and the status page.
-    pub(crate) doors: crate::admission::Doors,
-}
-
+/// The store `config` names; `true` for the memory store (nothing shared).
 fn store_of(
     config: &ServiceConfig,
     clock: &Arc<dyn Clock>,
@@ -92,153 +76,6 @@ fn store_of(
     })
 }
 
-impl Service {
-    /// Loads the config again and swaps the engine; on any error the running rules stay.
-    pub(crate) async fn reload(&self, why: &str) -> Result<String, String> {
-        let _one_at_a_time = self.reload_lock.lock().await;
-        self.reload_locked(why)
-    }
-
-    /// Reloads when a watched file changed since the last reload of any trigger, or a rule file
-    /// appeared in or left a rules directory; `None` when nothing changed.
-    async fn reload_if_changed(&self, why: &str) -> Option<Result<String, String>> {
-        let _one_at_a_time = self.reload_lock.lock().await;
-        let now = self.watched_files();
-        if now == *self.seen.lock() {
-            return None;
-        }
-        Some(self.reload_locked(why))
-    }
-
-    /// The files of the config in effect, with their modification times (no lock held while
-    /// reading them).
-    fn watched_files(&self) -> Vec<(PathBuf, Option<SystemTime>)> {
-        let (file, rule_paths) = {
-            let running = self.running.lock();
-            (running.file.clone(), running.rule_paths.clone())
-        };
-        watched_files(&file, &rule_paths)
-    }
-
-    /// [`Service::reload`] with the reload lock held.
-    fn reload_locked(&self, why: &str) -> Result<String, String> {
-        // Read before loading: a file written while the reload reads it looks changed to the
-        // watcher, which loads it once more.
-        let before = self.watched_files();
-        let result = self.reload_now(why);
-        // On success `running` names the new config's rule paths; a failed reload keeps the
-        // old ones, and the watcher waits for the next change rather than failing again.
-        let after = self.watched_files();
-        *self.seen.lock() = after
-            .into_iter()
-            .map(|(file, time)| {
-                let read = before
-                    .iter()
-                    .find(|(f, _)| *f == file)
-                    .map_or(time, |b| b.1);
-                (file, read)
-            })
-            .collect();
-        let (ok, message) = match &result {
-            Ok(m) => (true, m.clone()),
-            Err(e) => (false, e.clone()),
-        };
-        self.book.reloaded(crate::status::ReloadOutcome {
-            at_ms: self.engine.load().now() / 1_000_000,
-            trigger: why.to_owned(),
-            ok,
-            message,
-        });
-        result
-    }
-
-    fn reload_now(&self, why: &str) -> Result<String, String> {
-        let failed = |e: String| {
-            tracing::error!(trigger = why, error = %e, "reload failed; the running rules stay");
-            metrics::counter!("sluice_reloads_total", "result" => "error").increment(1);
-            Err(e)
-        };
-        let config = match sluice_config::load(&self.config_path) {
-            Ok(c) => c,
-            Err(e) => return failed(e.to_string()),
-        };
-        for g in &config.gateways {
-            if let Err(e) = sluice_http::GatewayHandle::check(g) {
-                return failed(format!("invalid gateway upstream `{}`: {e}", g.upstream));
-            }
-        }
-        crate::rule_listing::log_warnings(&config);
-        let mut running = self.running.lock();
-        let changes = crate::reload::changes(&running, &config);
-        let old = self.engine.load_full();
-        let new = old.reload(&config.rules, &config.defaults);
-        *self.rules_text.lock() = crate::rule_listing::render(&config);
-        let summary = new.reload_summary();
-        let (kept, domains) = (summary.kept, summary.domains);
-        // Counts of rules that went away still reach the store: the flusher keeps sweeping
-        // them until the requests holding the old engine are done.
-        self.engine.store(Arc::new(new));
-        drop(old);
-        let mut options = (**self.rls_options.load()).clone();
-        options.api_domain.clone_from(&config.api_domain);
-        options.response_headers = config.rls_response_headers;
-        options.adhoc_max_keys = config.adhoc_max_keys;
-        self.rls_options.store(Arc::new(options));
-        for (listen, handle) in self.gateways.lock().iter() {
-            if let Some(g) = config.gateways.iter().find(|g| g.listen == *listen) {
-                // Checked above: it cannot fail here.
-                let _ = handle.apply(g);
-            }
-        }
-        *running = crate::reload::in_effect(&running, &config);
-        metrics::counter!("sluice_reloads_total", "result" => "ok").increment(1);
-        let mut message = summary.to_string();
-        if !changes.applied.is_empty() {
-            message.push_str(&format!("; applied: {}", changes.applied.join(", ")));
-        }
-        if changes.need_restart.is_empty() {
-            tracing::info!(trigger = why, kept, domains, "{message}");
-        } else {
-            message.push_str(&format!(
-                "; NOT applied, read only at start (restart to apply): {}",
-                changes.need_restart.join(", ")
-            ));
-            tracing::warn!(trigger = why, kept, domains, "{message}");
-        }
-        Ok(message)
-    }
-}
-
-/// Modification times of the config file and every rule file it names (a directory's files
-/// listed anew on each call).
-fn watched_files(file: &Path, rule_paths: &[PathBuf]) -> Vec<(PathBuf, Option<SystemTime>)> {
-    let mut files = vec![file.to_path_buf()];
-    for p in rule_paths {
-        if p.is_dir() {
-            if let Ok(dir) = std::fs::read_dir(p) {
-                // The files a reload reads (`*.yaml`, `*.yml`): an editor's swap file coming
-                // and going reloads nothing.
-                let mut entries: Vec<PathBuf> = dir
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-                    .collect();
-                entries.sort();
-                files.extend(entries);
-            }
-        } else {
-            files.push(p.clone());
-        }
-    }
-    files.dedup();
-    files
-        .into_iter()
-        .map(|f| {
-            let t = std::fs::metadata(&f).and_then(|m| m.modified()).ok();
-            (f, t)
-        })
-        .collect()
-}
-
 async fn bind(what: &str, addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr)
         .await
@@ -269,12 +106,89 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
 
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(config_path: &Path) -> anyhow::Result<()> {
+    run_until(config_path, wait_for_termination()).await
+}
+
+/// Runs until `stop` completes, then shuts down as on SIGTERM: no new connections, a flush
+/// while calls in flight finish (within `shutdown_timeout`), a last flush and the spill. One
+/// service per process: the metrics recorder it installs is the process's.
+pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
     let config = sluice_config::load(config_path)?;
     crate::rule_listing::log_warnings(&config);
     let prometheus = install_metrics()?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
-    let doors = crate::admission::Doors::new(clock.clone());
-    let (store, store_is_memory) = store_of(&config, &clock)?;
+    let doors = Doors::new(clock.clone());
+    let Built {
+        engine,
+        store_is_memory,
+        description,
+    } = build_engine(&config, clock)?;
+    let state = open_state(&config.lifecycle, &engine)?;
+    let engine: SharedEngine = Arc::new(ArcSwap::from_pointee(engine));
+    let service = Arc::new(Service::new(
+        config_path,
+        &config,
+        engine.clone(),
+        prometheus.clone(),
+        store_is_memory,
+        doors.clone(),
+    ));
+    spawn_status_sampler(service.clone());
+    let access = Access::read(&config)?;
+    let max_connections = connection_budget(&config.listeners, 2 + config.gateways.len());
+    let sockets = Sockets::bind(&config).await?;
+    tracing::info!(
+        http = %config.listen.http, grpc = %config.listen.grpc, admin = %config.listen.admin,
+        store = %description, domains = config.rules.domains().count(),
+        "sluice serving"
+    );
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let front = FrontDoors {
+        engine: engine.clone(),
+        rls_options: service.rls_options().clone(),
+        max_connections,
+        limits: config.listeners.clone(),
+        doors,
+        stop: stop_rx,
+    };
+    let http = front.api(sockets.http, &access);
+    let admin = front.admin(sockets.admin, &service, &config, &access);
+    let grpc = front.grpc(sockets.grpc, &access);
+    let (flusher, calls_done) = spawn_flusher(&engine, prometheus);
+    let reloader = spawn_reloader(service.clone(), front.stop.clone());
+    let mut gateways = front.gateways(&config, sockets.gateways, &service, &access)?;
+    let servers = tokio::spawn(async move {
+        let ((), (), g) = tokio::join!(http, admin, grpc);
+        g.context("grpc listener")?;
+        while let Some(done) = gateways.join_next().await {
+            done.context("gateway task")?.context("gateway worker")?;
+        }
+        anyhow::Ok(())
+    });
+    stop.await;
+    let running = Running {
+        stop: stop_tx,
+        servers,
+        calls_done,
+        flusher,
+        reloader,
+    };
+    running
+        .shut_down(&engine, config.lifecycle.shutdown_timeout, state.as_deref())
+        .await
+}
+
+/// The engine `build_engine` made, before it is shared.
+struct Built {
+    engine: Engine,
+    store_is_memory: bool,
+    /// The store, as the start's log line names it.
+    description: String,
+}
+
+/// Connects the store and builds the engine on it with the config's rules.
+fn build_engine(config: &ServiceConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Built> {
+    let (store, store_is_memory) = store_of(config, &clock)?;
     let description = store.describe();
     let engine = Engine::new(
         &config.rules,
@@ -290,266 +204,321 @@ pub async fn run(config_path: &Path) -> anyhow::Result<()> {
             ..EngineOptions::default()
         },
     );
-    let state = open_state(&config.lifecycle, &engine)?;
-    let engine: SharedEngine = Arc::new(ArcSwap::from_pointee(engine));
-    let rls_options: sluice_rls::SharedOptions = Arc::new(ArcSwap::from_pointee(RlsOptions {
-        api_domain: config.api_domain.clone(),
-        response_headers: config.rls_response_headers,
-        max_body: config.listeners.max_body_bytes,
-        adhoc_max_keys: config.adhoc_max_keys,
-        ..RlsOptions::default()
-    }));
-    let service = Arc::new(Service {
-        config_path: config_path.to_path_buf(),
-        engine: engine.clone(),
-        prometheus: prometheus.clone(),
+    Ok(Built {
+        engine,
         store_is_memory,
-        reload_lock: tokio::sync::Mutex::new(()),
-        rules_text: parking_lot::Mutex::new(crate::rule_listing::render(&config)),
-        book: crate::status::Book::new(
-            config_path.to_path_buf(),
-            config.access.status_full_keys,
-            engine.load().now() / 1_000_000,
-        ),
-        running: parking_lot::Mutex::new(config.clone()),
-        seen: parking_lot::Mutex::new(watched_files(&config.file, &config.rule_paths)),
-        rls_options: rls_options.clone(),
-        gateways: parking_lot::Mutex::new(Vec::new()),
-        doors: doors.clone(),
-    });
-    tokio::spawn({
-        let service = service.clone();
-        async move {
-            let mut every = tokio::time::interval(crate::status::SAMPLE_EVERY);
-            loop {
-                every.tick().await;
-                service.book.sample(&service.engine.load());
-            }
+        description,
+    })
+}
+
+/// Samples the rates for the status page's history, for as long as the process runs.
+fn spawn_status_sampler(service: Arc<Service>) {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(crate::status::SAMPLE_EVERY);
+        loop {
+            every.tick().await;
+            service.book.sample(&service.engine.load());
         }
     });
-    let admin_token = config
-        .access
-        .admin_token_file
-        .as_deref()
-        .map(|f| Token::read(f, "access.admin_token_file"))
-        .transpose()?;
-    let api_token = config
-        .access
-        .api_token_file
-        .as_deref()
-        .map(|f| Token::read(f, "access.api_token_file"))
-        .transpose()?;
-    let (http_tls, grpc_tls) = match &config.access.tls {
-        Some(files) => (
-            Some(crate::tls::acceptor(files, crate::tls::HTTP_ALPN)?),
-            Some(crate::tls::acceptor(files, crate::tls::GRPC_ALPN)?),
-        ),
-        None => (None, None),
-    };
-    let limits = config.listeners.clone();
-    let max_connections = connection_budget(&limits, 2 + config.gateways.len());
+}
 
-    let http_listener = bind("http", config.listen.http).await?;
-    let grpc_listener = bind("grpc", config.listen.grpc).await?;
-    let admin_listener = bind("admin", config.listen.admin).await?;
-    let mut gateway_listeners = Vec::with_capacity(config.gateways.len());
-    for g in &config.gateways {
-        let workers = g
-            .workers
-            .map_or_else(crate::gateway_workers::cpus, std::num::NonZeroUsize::get);
-        gateway_listeners.push((
-            crate::gateway_workers::bind_workers(g.listen, workers)?,
-            g.clone(),
-        ));
+/// The bearer tokens and TLS acceptors of the listeners, read from their files at start.
+struct Access {
+    admin_token: Option<Token>,
+    api_token: Option<Token>,
+    http_tls: Option<TlsAcceptor>,
+    grpc_tls: Option<TlsAcceptor>,
+}
+
+impl Access {
+    fn read(config: &ServiceConfig) -> anyhow::Result<Self> {
+        let admin_token = config
+            .access
+            .admin_token_file
+            .as_deref()
+            .map(|f| Token::read(f, "access.admin_token_file"))
+            .transpose()?;
+        let api_token = config
+            .access
+            .api_token_file
+            .as_deref()
+            .map(|f| Token::read(f, "access.api_token_file"))
+            .transpose()?;
+        let (http_tls, grpc_tls) = match &config.access.tls {
+            Some(files) => (
+                Some(crate::tls::acceptor(files, crate::tls::HTTP_ALPN)?),
+                Some(crate::tls::acceptor(files, crate::tls::GRPC_ALPN)?),
+            ),
+            None => (None, None),
+        };
+        Ok(Access {
+            admin_token,
+            api_token,
+            http_tls,
+            grpc_tls,
+        })
     }
-    tracing::info!(
-        http = %config.listen.http, grpc = %config.listen.grpc, admin = %config.listen.admin,
-        store = %description, domains = config.rules.domains().count(),
-        "sluice serving"
-    );
+}
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await.map(|_| ());
-    };
+/// Every listening socket, bound before anything is served: a port in use fails the start.
+struct Sockets {
+    http: TcpListener,
+    grpc: TcpListener,
+    admin: TcpListener,
+    /// Each gateway's workers' sockets (`SO_REUSEPORT`).
+    gateways: Vec<(Vec<std::net::TcpListener>, Gateway)>,
+}
 
-    let http = serve_http(
-        http_listener,
-        protect(
-            with_token(
-                sluice_rls::http_router_shared(engine.clone(), rls_options.clone()),
-                api_token.clone(),
-            ),
-            &limits,
-            Admission::new(
-                "http",
-                Door::Http,
-                Buffering::Whole(limits.max_body_bytes),
-                &limits,
-                &doors,
-            ),
+impl Sockets {
+    async fn bind(config: &ServiceConfig) -> anyhow::Result<Self> {
+        let http = bind("http", config.listen.http).await?;
+        let grpc = bind("grpc", config.listen.grpc).await?;
+        let admin = bind("admin", config.listen.admin).await?;
+        let mut gateways = Vec::with_capacity(config.gateways.len());
+        for g in &config.gateways {
+            let workers = g
+                .workers
+                .map_or_else(crate::gateway_workers::cpus, std::num::NonZeroUsize::get);
+            gateways.push((
+                crate::gateway_workers::bind_workers(g.listen, workers)?,
+                g.clone(),
+            ));
+        }
+        Ok(Sockets {
+            http,
+            grpc,
+            admin,
+            gateways,
+        })
+    }
+}
+
+/// The gRPC server's future.
+type GrpcServing = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+
+/// What every listener is served with: the engine, the RLS options, the limits and the
+/// connection cap, the listeners' refusals and the stop signal.
+struct FrontDoors {
+    engine: SharedEngine,
+    rls_options: sluice_rls::SharedOptions,
+    limits: ListenerLimits,
+    /// Each API listener's connection cap (`connection_budget`).
+    max_connections: usize,
+    doors: Doors,
+    stop: watch::Receiver<bool>,
+}
+
+impl FrontDoors {
+    /// The admission of one of the main runtime's listeners (bodies read whole).
+    fn admission(&self, listener: &'static str, door: Door) -> Admission {
+        Admission::new(
+            listener,
+            door,
+            Buffering::Whole(self.limits.max_body_bytes),
+            &self.limits,
+            &self.doors,
         )
-        .layer(axum::middleware::from_fn(crate::door_metrics::count_api)),
-        limits.clone(),
-        ConnectionCap::new("http", max_connections),
-        http_tls.clone(),
-        stop_rx.clone(),
-    );
-    let admin = serve_http(
-        admin_listener,
-        protect(
-            admin_router(
-                service.clone(),
-                admin_token,
-                crate::host_check::AllowedHosts::new(&config.access.admin_hosts),
-            ),
-            &limits,
-            Admission::new(
-                "admin",
-                Door::Http,
-                Buffering::Whole(limits.max_body_bytes),
-                &limits,
-                &doors,
-            ),
-        ),
-        limits.clone(),
-        ConnectionCap::new("admin", limits.admin_max_connections),
-        http_tls.clone(),
-        stop_rx.clone(),
-    );
-    let grpc = {
+    }
+
+    /// The HTTP/JSON API (`/json`, `/v1/acquire`, ...), behind the API token when set.
+    fn api(
+        &self,
+        listener: TcpListener,
+        access: &Access,
+    ) -> impl Future<Output = ()> + Send + use<> {
+        let router = with_token(
+            sluice_rls::http_router_shared(self.engine.clone(), self.rls_options.clone()),
+            access.api_token.clone(),
+        );
+        serve_http(
+            listener,
+            protect(router, &self.limits, self.admission("http", Door::Http))
+                .layer(axum::middleware::from_fn(crate::door_metrics::count_api)),
+            self.limits.clone(),
+            ConnectionCap::new("http", self.max_connections),
+            access.http_tls.clone(),
+            self.stop.clone(),
+        )
+    }
+
+    /// The admin endpoints (admin.rs), behind the admin token or the `Host` check.
+    fn admin(
+        &self,
+        listener: TcpListener,
+        service: &Arc<Service>,
+        config: &ServiceConfig,
+        access: &Access,
+    ) -> impl Future<Output = ()> + Send + use<> {
+        let router = admin_router(
+            service.clone(),
+            access.admin_token.clone(),
+            crate::host_check::AllowedHosts::new(&config.access.admin_hosts),
+        );
+        serve_http(
+            listener,
+            protect(router, &self.limits, self.admission("admin", Door::Http)),
+            self.limits.clone(),
+            ConnectionCap::new("admin", self.limits.admin_max_connections),
+            access.http_tls.clone(),
+            self.stop.clone(),
+        )
+    }
+
+    /// Envoy's RLS over gRPC, behind the API token when set.
+    fn grpc(&self, listener: TcpListener, access: &Access) -> GrpcServing {
+        let limits = &self.limits;
         let mut builder = tonic::transport::Server::builder()
             .timeout(limits.request_timeout)
             .max_concurrent_streams(limits.http2_max_concurrent_streams)
             .http2_max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-            .layer(Admission::new(
-                "grpc",
-                Door::Grpc,
-                Buffering::Whole(limits.max_body_bytes),
-                &limits,
-                &doors,
-            ));
+            .layer(self.admission("grpc", Door::Grpc));
         let incoming = guarded_incoming(
-            grpc_listener,
-            ConnectionCap::new("grpc", max_connections),
+            listener,
+            ConnectionCap::new("grpc", self.max_connections),
             limits.idle_timeout,
-            grpc_tls,
+            access.grpc_tls.clone(),
             limits.header_read_timeout,
         );
-        let service = sluice_rls::grpc_service_shared(engine.clone(), rls_options);
-        let serving: std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
-        > = match api_token {
+        let service =
+            sluice_rls::grpc_service_shared(self.engine.clone(), self.rls_options.clone());
+        let stop = stopped(self.stop.clone());
+        match access.api_token.clone() {
             Some(token) => Box::pin(
                 builder
                     .add_service(tonic::service::interceptor::InterceptedService::new(
                         service,
                         crate::access::grpc_interceptor(token),
                     ))
-                    .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
+                    .serve_with_incoming_shutdown(incoming, stop),
             ),
             None => Box::pin(
                 builder
                     .add_service(service)
-                    .serve_with_incoming_shutdown(incoming, stopped(stop_rx.clone())),
+                    .serve_with_incoming_shutdown(incoming, stop),
             ),
-        };
-        serving
-    };
-
-    // Flush at span boundaries, Prometheus upkeep on the same beat; once every call in flight
-    // has finished, a last flush of everything.
-    let (served_tx, served_rx) = tokio::sync::oneshot::channel::<()>();
-    let flusher = {
-        let engine = engine.clone();
-        let prometheus = prometheus.clone();
-        tokio::spawn(sluice_engine::run_flush_loop(
-            move || engine.load_full(),
-            move || prometheus.run_upkeep(),
-            async move {
-                let _ = served_rx.await;
-            },
-        ))
-    };
-
-    // Reload on SIGHUP and when a watched file changes.
-    let reloader = {
-        let service = service.clone();
-        let stop = stop_rx.clone();
-        tokio::spawn(async move {
-            let mut hup =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            let mut poll = tokio::time::interval(Duration::from_secs(2));
-            loop {
-                let hup_signal = async {
-                    match hup.as_mut() {
-                        Some(h) => h.recv().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = stopped(stop.clone()) => break,
-                    _ = hup_signal => { let _ = service.reload("SIGHUP").await; }
-                    _ = poll.tick() => { let _ = service.reload_if_changed("file change").await; }
-                }
-            }
-        })
-    };
-
-    let geo = crate::geo::open(config.geoip.as_ref())?;
-    if let (Some(geo), Some(geoip)) = (&geo, &config.geoip) {
-        crate::geo::watch(geo.clone(), geoip, stop_rx.clone());
+        }
     }
-    let mut gateways = crate::gateway_workers::start(
-        gateway_listeners,
-        &crate::gateway_workers::Shared {
-            engine: &engine,
-            service: &service,
-            geo: geo.as_ref(),
-            limits: &limits,
-            max_connections,
-            tls: http_tls.as_ref(),
-            stop: &stop_rx,
-            doors: &doors,
-        },
-    )?;
-    let servers = tokio::spawn(async move {
-        let ((), (), g) = tokio::join!(http, admin, grpc);
-        g.context("grpc listener")?;
-        while let Some(done) = gateways.join_next().await {
-            done.context("gateway task")?.context("gateway worker")?;
-        }
-        anyhow::Ok(())
-    });
 
-    wait_for_termination().await;
-    let timeout = config.lifecycle.shutdown_timeout;
-    tracing::info!(
-        ?timeout,
-        "shutting down: no new connections; flushing now and while calls in flight finish"
-    );
-    let _ = stop_tx.send(true);
-    let first_flush = {
-        let engine = engine.load_full();
-        tokio::spawn(async move { engine.flush().await })
-    };
-    let served = match tokio::time::timeout(timeout, servers).await {
-        Ok(served) => served.context("listener task")?,
-        Err(_) => {
-            tracing::warn!(
-                ?timeout,
-                "calls still in flight at shutdown_timeout are cut off"
-            );
-            Ok(())
+    /// Opens the geoip databases (watched for changes) and starts every gateway's workers.
+    fn gateways(
+        &self,
+        config: &ServiceConfig,
+        sockets: Vec<(Vec<std::net::TcpListener>, Gateway)>,
+        service: &Arc<Service>,
+        access: &Access,
+    ) -> anyhow::Result<tokio::task::JoinSet<anyhow::Result<()>>> {
+        let geo = crate::geo::open(config.geoip.as_ref())?;
+        if let (Some(geo), Some(geoip)) = (&geo, &config.geoip) {
+            crate::geo::watch(geo.clone(), geoip, self.stop.clone());
         }
-    };
-    let _ = first_flush.await;
-    let _ = served_tx.send(());
-    let _ = reloader.await;
-    let report = flusher.await.context("flush task")?;
-    let engine = engine.load_full();
-    engine.leave_fleet().await;
-    let spill = engine.spill().await;
-    keep_spill(state.as_deref(), &spill, &report);
-    served
+        crate::gateway_workers::start(
+            sockets,
+            &crate::gateway_workers::Shared {
+                engine: &self.engine,
+                service,
+                geo: geo.as_ref(),
+                limits: &self.limits,
+                max_connections: self.max_connections,
+                tls: access.http_tls.as_ref(),
+                stop: &self.stop,
+                doors: &self.doors,
+            },
+        )
+    }
+}
+
+/// Resolves once `stop` turns true.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// Flushes at span boundaries, Prometheus upkeep on the same beat; once the sender is used
+/// (every call in flight has finished), a last flush of everything.
+fn spawn_flusher(
+    engine: &SharedEngine,
+    prometheus: PrometheusHandle,
+) -> (JoinHandle<FlushReport>, oneshot::Sender<()>) {
+    let (served_tx, served_rx) = oneshot::channel::<()>();
+    let engine = engine.clone();
+    let flusher = tokio::spawn(sluice_engine::run_flush_loop(
+        move || engine.load_full(),
+        move || prometheus.run_upkeep(),
+        async move {
+            let _ = served_rx.await;
+        },
+    ));
+    (flusher, served_tx)
+}
+
+/// Reloads on SIGHUP and when a watched file changes, until `stop`.
+fn spawn_reloader(service: Arc<Service>, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut poll = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            let hup_signal = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = stopped(stop.clone()) => break,
+                _ = hup_signal => { let _ = service.reload("SIGHUP").await; }
+                _ = poll.tick() => { let _ = service.reload_if_changed("file change").await; }
+            }
+        }
+    })
+}
+
+/// The tasks a running service stops at shutdown.
+struct Running {
+    /// Turns true at shutdown: the listeners stop accepting.
+    stop: watch::Sender<bool>,
+    /// Every listener's task, done when their calls in flight are.
+    servers: JoinHandle<anyhow::Result<()>>,
+    /// Tells the flush loop the calls are done: its last flush.
+    calls_done: oneshot::Sender<()>,
+    flusher: JoinHandle<FlushReport>,
+    reloader: JoinHandle<()>,
+}
+
+impl Running {
+    /// No new connections; a flush at once while calls in flight finish (cut off after
+    /// `timeout`), the flush loop's last flush, leaving the fleet, the spill kept in `state`.
+    async fn shut_down(
+        self,
+        engine: &SharedEngine,
+        timeout: Duration,
+        state: Option<&StateDir>,
+    ) -> anyhow::Result<()> {
+        tracing::info!(
+            ?timeout,
+            "shutting down: no new connections; flushing now and while calls in flight finish"
+        );
+        let _ = self.stop.send(true);
+        let first_flush = {
+            let engine = engine.load_full();
+            tokio::spawn(async move { engine.flush().await })
+        };
+        let served = match tokio::time::timeout(timeout, self.servers).await {
+            Ok(served) => served.context("listener task")?,
+            Err(_) => {
+                tracing::warn!(
+                    ?timeout,
+                    "calls still in flight at shutdown_timeout are cut off"
+                );
+                Ok(())
+            }
+        };
+        let _ = first_flush.await;
+        let _ = self.calls_done.send(());
+        let _ = self.reloader.await;
+        let report = self.flusher.await.context("flush task")?;
+        let engine = engine.load_full();
+        engine.leave_fleet().await;
+        let spill = engine.spill().await;
+        keep_spill(state, &spill, &report);
+        served
+    }
 }
