@@ -57,6 +57,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    #[cfg(feature = "sim")]
     /// Run a simulation scenario: the real engine on simulated nodes, every policy on the same
     /// traffic; prints a table and writes OUT/summary.json and plots (SVG and PNG).
     Simulate {
@@ -99,6 +100,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { config, strict } => check::run(&config, strict),
+        #[cfg(feature = "sim")]
         Command::Simulate {
             scenario,
             out,
@@ -149,6 +151,8 @@ fn main() -> ExitCode {
     }
 }
 
+/// `sluice simulate`: runs the scenario, prints the table, writes the summary and the plots.
+#[cfg(feature = "sim")]
 fn simulate(
     file: &std::path::Path,
     out: &std::path::Path,
