@@ -21,7 +21,7 @@ pub(crate) fn write(cmd: clap::Command, out: &Path) -> anyhow::Result<Vec<PathBu
     // Hidden subcommands (this one) are left out: clap_complete would offer them.
     let visible = cmd.get_subcommands().filter(|c| !c.is_hide_set()).cloned();
     let mut cmd = clap::Command::new("sluice")
-        .version(crate::build_info::LONG_VERSION)
+        .version(sluice_server::build_info::LONG_VERSION)
         .about(cmd.get_about().cloned().unwrap_or_default())
         .subcommands(visible);
     let mut written = Vec::new();
@@ -33,8 +33,8 @@ pub(crate) fn write(cmd: clap::Command, out: &Path) -> anyhow::Result<Vec<PathBu
         let path = man.join(format!("{}.1", page.get_display_name().unwrap_or("sluice")));
         let mut text = Vec::new();
         clap_mangen::Man::new(page.clone())
-            .date(crate::build_info::BUILD_DATE)
-            .source(format!("sluice {}", crate::build_info::VERSION))
+            .date(sluice_server::build_info::BUILD_DATE)
+            .source(format!("sluice {}", sluice_server::build_info::VERSION))
             .manual("Sluice")
             .render(&mut text)
             .and_then(|()| std::fs::write(&path, text))

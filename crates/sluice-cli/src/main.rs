@@ -5,30 +5,13 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 
-mod access;
-mod admin;
-mod admission;
-mod build_info;
 mod check;
 mod dist_files;
-mod door_metrics;
-mod gateway_workers;
-mod geo;
-mod guarded;
-mod host_check;
-mod key_mask;
-mod lifecycle;
-mod listener;
-mod reload;
-mod serve;
-mod status;
 mod status_cli;
-mod status_page;
-mod tls;
 
 /// Sluice: a distributed rate limiter.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version = build_info::LONG_VERSION, about, long_about = None)]
+#[command(name = "sluice", version = sluice_server::build_info::LONG_VERSION, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -99,6 +82,7 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    #[cfg(feature = "sim")]
     /// Run a simulation scenario: the real engine on simulated nodes, every policy on the same
     /// traffic; prints a table and writes OUT/summary.json and plots (SVG and PNG).
     Simulate {
@@ -141,6 +125,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Check { config, strict } => check::run(&config, strict),
+        #[cfg(feature = "sim")]
         Command::Simulate {
             scenario,
             out,
@@ -186,7 +171,7 @@ fn main() -> ExitCode {
                 .build()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| {
-                    let served = rt.block_on(serve::run(&config));
+                    let served = rt.block_on(sluice_server::run(&config));
                     // Calls still running past `shutdown_timeout` are not waited for.
                     rt.shutdown_timeout(std::time::Duration::from_millis(200));
                     served
@@ -232,6 +217,8 @@ fn probe(
     }
 }
 
+/// `sluice simulate`: runs the scenario, prints the table, writes the summary and the plots.
+#[cfg(feature = "sim")]
 fn simulate(
     file: &std::path::Path,
     out: &std::path::Path,

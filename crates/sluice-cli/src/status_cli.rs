@@ -147,9 +147,29 @@ pub(crate) fn render(s: &Value) -> String {
             num(&r["message"])
         ));
     }
-    let st = &s["store"];
     out.push('\n');
-    out.push_str(&table(&[
+    out.push_str(&store_table(&s["store"]));
+    let rules = s["rules"].as_array().cloned().unwrap_or_default();
+    let rates = s["rates"].as_array().cloned().unwrap_or_default();
+    out.push('\n');
+    out.push_str(&rules_table(&rules, &rates));
+    for r in rules.iter().filter(|r| r["note"].is_string()) {
+        out.push_str(&format!("  {}: {}\n", num(&r["id"]), num(&r["note"])));
+    }
+    for r in &rules {
+        let keys = r["heavy_keys"].as_array().cloned().unwrap_or_default();
+        if keys.is_empty() {
+            continue;
+        }
+        out.push('\n');
+        out.push_str(&heavy_keys_table(r, &keys));
+    }
+    out
+}
+
+/// The store's health and flushes, one row.
+fn store_table(st: &Value) -> String {
+    table(&[
         vec![
             "store".into(),
             "live instances".into(),
@@ -168,7 +188,11 @@ pub(crate) fn render(s: &Value) -> String {
             num(&st["clock_offset_ms"]),
             num(&st["exact_breaker"]),
         ],
-    ]));
+    ])
+}
+
+/// One row per rule: its mode, limit and rates.
+fn rules_table(rules: &[Value], rates: &[Value]) -> String {
     let mut rows = vec![vec![
         "rule".into(),
         "mode".into(),
@@ -179,8 +203,6 @@ pub(crate) fn render(s: &Value) -> String {
         "shadow/s".into(),
         "keys".into(),
     ]];
-    let rules = s["rules"].as_array().cloned().unwrap_or_default();
-    let rates = s["rates"].as_array().cloned().unwrap_or_default();
     for (r, rate) in rules.iter().zip(rates.iter()) {
         // The policy column only says what the mode does not (`local local` said nothing).
         let policy = if r["policy"] == r["mode"] {
@@ -208,57 +230,49 @@ pub(crate) fn render(s: &Value) -> String {
             num(&r["tracked_keys"]),
         ]);
     }
-    out.push('\n');
-    out.push_str(&table(&rows));
-    for r in rules.iter().filter(|r| r["note"].is_string()) {
-        out.push_str(&format!("  {}: {}\n", num(&r["id"]), num(&r["note"])));
-    }
-    for r in &rules {
-        let keys = r["heavy_keys"].as_array().cloned().unwrap_or_default();
-        if keys.is_empty() {
-            continue;
-        }
-        let mut rows = vec![vec![
-            format!("{} heaviest keys", num(&r["id"])),
-            "requests".into(),
-            if r["shadow"] == Value::Bool(true) {
-                "would deny".into()
-            } else {
-                "denied".into()
+    table(&rows)
+}
+
+/// A rule's heaviest keys, with their state.
+fn heavy_keys_table(r: &Value, keys: &[Value]) -> String {
+    let mut rows = vec![vec![
+        format!("{} heaviest keys", num(&r["id"])),
+        "requests".into(),
+        if r["shadow"] == Value::Bool(true) {
+            "would deny".into()
+        } else {
+            "denied".into()
+        },
+        "used".into(),
+        "state".into(),
+    ]];
+    for k in keys {
+        // Keys come from traffic: control characters are shown escaped, never sent to
+        // the terminal.
+        let key: String = num(&k["key"]).escape_debug().collect();
+        // A busy rule's counts come from a sample: `~` marks them as estimates.
+        let about = if k["estimated"] == Value::Bool(true) {
+            "~"
+        } else {
+            ""
+        };
+        rows.push(vec![
+            key,
+            format!("{about}{}", num(&k["requests"])),
+            format!("{about}{}", num(&k["denied"])),
+            format!("{} / {}", num(&k["used"]), num(&r["limit"])),
+            match (
+                k["blocked"] == Value::Bool(true),
+                r["shadow"] == Value::Bool(true),
+            ) {
+                // Shadow mode denies nothing: the key is over, and let through.
+                (true, true) => "over (shadow: not denied)".into(),
+                (true, false) => "blocked".into(),
+                _ => "ok".into(),
             },
-            "used".into(),
-            "state".into(),
-        ]];
-        for k in &keys {
-            // Keys come from traffic: control characters are shown escaped, never sent to
-            // the terminal.
-            let key: String = num(&k["key"]).escape_debug().collect();
-            // A busy rule's counts come from a sample: `~` marks them as estimates.
-            let about = if k["estimated"] == Value::Bool(true) {
-                "~"
-            } else {
-                ""
-            };
-            rows.push(vec![
-                key,
-                format!("{about}{}", num(&k["requests"])),
-                format!("{about}{}", num(&k["denied"])),
-                format!("{} / {}", num(&k["used"]), num(&r["limit"])),
-                match (
-                    k["blocked"] == Value::Bool(true),
-                    r["shadow"] == Value::Bool(true),
-                ) {
-                    // Shadow mode denies nothing: the key is over, and let through.
-                    (true, true) => "over (shadow: not denied)".into(),
-                    (true, false) => "blocked".into(),
-                    _ => "ok".into(),
-                },
-            ]);
-        }
-        out.push('\n');
-        out.push_str(&table(&rows));
+        ]);
     }
-    out
+    table(&rows)
 }
 
 #[cfg(test)]

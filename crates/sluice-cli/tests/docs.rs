@@ -106,6 +106,10 @@ struct PageRun {
     ended: std::time::SystemTime,
 }
 
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the page's windows start on the wall clock's minutes"
+)]
 fn run_page(steps: &[(String, Option<String>)]) -> PageRun {
     let started = std::time::SystemTime::now();
     let dir = std::env::temp_dir().join(format!("sluice-docs-{}", std::process::id()));

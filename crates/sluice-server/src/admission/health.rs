@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 use sluice_core::{Clock, Nanos};
 
-use super::Refusal;
+use super::refusal::Refusal;
 
 /// How long after its last shed request a listener still counts as shedding.
 pub(crate) const SHEDDING_FOR: Duration = Duration::from_secs(10);

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 
 use crate::access::Token;
 use crate::host_check::AllowedHosts;
-use crate::serve::Service;
+use crate::service::Service;
 
 /// The admin endpoints; with a token, every one but the probes (`/healthz`, `/readyz`) needs
 /// it; without one, they answer only to the hosts `hosts` allows (DNS rebinding).

@@ -2,14 +2,14 @@
 //! `sluice --version`, the status page, `/status.json` and `sluice_build_info` show them.
 
 /// The crate version.
-pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The git commit (12 hex digits) or `unknown`.
-pub(crate) const COMMIT: &str = env!("SLUICE_COMMIT");
+pub const COMMIT: &str = env!("SLUICE_COMMIT");
 /// The build date (`YYYY-MM-DD`, UTC) or `unknown`.
-pub(crate) const BUILD_DATE: &str = env!("SLUICE_BUILD_DATE");
+pub const BUILD_DATE: &str = env!("SLUICE_BUILD_DATE");
 
 /// `sluice --version`: `sluice 0.1.0 (commit 0123456789ab, built 2026-01-31)`.
-pub(crate) const LONG_VERSION: &str = concat!(
+pub const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("SLUICE_COMMIT"),
@@ -19,7 +19,7 @@ pub(crate) const LONG_VERSION: &str = concat!(
 );
 
 /// The labels of `sluice_build_info`.
-pub(crate) fn metric_labels() -> sluice_engine::BuildInfo {
+pub fn metric_labels() -> sluice_engine::BuildInfo {
     sluice_engine::BuildInfo {
         version: VERSION,
         commit: COMMIT,

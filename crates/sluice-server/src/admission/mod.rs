@@ -9,6 +9,7 @@
 
 mod body;
 mod health;
+mod refusal;
 mod stalled;
 mod waiting;
 
@@ -25,6 +26,7 @@ use tower::{BoxError, Layer, Service, ServiceExt as _};
 
 pub(crate) use body::{Buffering, Rebody};
 pub(crate) use health::{DoorHealth, Doors, ListenerReport};
+pub(crate) use refusal::Refusal;
 pub(crate) use stalled::guard_responses;
 use waiting::Waiting;
 
@@ -35,38 +37,6 @@ pub(crate) enum Door {
     Http,
     /// gRPC statuses.
     Grpc,
-}
-
-/// Why a request was not admitted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Refusal {
-    /// Every in-flight slot is taken.
-    #[error("too many requests in flight on this listener; retry shortly")]
-    Busy,
-    /// The waiting room was full and this request had waited longest for its body.
-    #[error("the request body was still arriving when the listener needed room for newer requests")]
-    Evicted,
-    /// The body did not arrive within `body_read_timeout`.
-    #[error("the request body did not arrive within {0} ms")]
-    BodyTimeout(u128),
-    /// The body is larger than `max_body_bytes`.
-    #[error("the request body is larger than {0} bytes")]
-    TooLarge(usize),
-    /// The client broke off the body.
-    #[error("the request body could not be read")]
-    BodyError,
-}
-
-impl Refusal {
-    fn status(self) -> tonic::Status {
-        match self {
-            Self::Busy => tonic::Status::resource_exhausted(self.to_string()),
-            Self::TooLarge(_) => tonic::Status::resource_exhausted(self.to_string()),
-            Self::Evicted | Self::BodyTimeout(_) | Self::BodyError => {
-                tonic::Status::cancelled(self.to_string())
-            }
-        }
-    }
 }
 
 /// The admission layer of one listener. Clones share the slots, the waiting room and the

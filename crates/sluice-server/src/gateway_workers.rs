@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use crate::admission::{Admission, Buffering, Door, Doors};
 use crate::guarded::ConnectionCap;
 use crate::listener::{protect, serve_http};
-use crate::serve::Service;
+use crate::service::Service;
 
 /// What every gateway's workers are started with.
 pub(crate) struct Shared<'a> {

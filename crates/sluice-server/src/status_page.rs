@@ -6,7 +6,9 @@
 
 use std::fmt::Write as _;
 
-use crate::status::{Point, Status};
+use sluice_engine::RuleReport;
+
+use crate::status::{Point, RuleRates, Status};
 
 /// `s` safe inside HTML text and attribute values.
 pub(crate) fn escape(s: &str) -> String {
@@ -64,8 +66,20 @@ fn sparkline(points: &[Point]) -> String {
 
 /// The whole page for `status`.
 pub(crate) fn render(status: &Status) -> String {
-    let e = &status.engine;
     let mut body = String::new();
+    header(status, &mut body);
+    store_section(status, &mut body);
+    body.push_str("\n<section><h2>Rules</h2>\n");
+    for (rule, rates) in status.engine.rules.iter().zip(&status.rates) {
+        rule_article(rule, rates, &mut body);
+    }
+    body.push_str("</section>");
+    page(&body)
+}
+
+/// The instance, its config and the last reload.
+fn header(status: &Status, body: &mut String) {
+    let e = &status.engine;
     let _ = write!(
         body,
         r#"<header><h1>Sluice <small>{version} (commit {commit}, built {built})</small></h1><p>instance <code>{node}</code>, up {up} s; config <code>{file}</code> loaded {loaded}"#,
@@ -88,7 +102,11 @@ pub(crate) fn render(status: &Status) -> String {
         );
     }
     body.push_str("</p></header>\n");
-    let s = &e.store;
+}
+
+/// The store's health, flushes and clock.
+fn store_section(status: &Status, body: &mut String) {
+    let s = &status.engine.store;
     let _ = write!(
         body,
         r#"<section><h2>Store</h2><table><tr><th>health</th><th>live instances</th><th>last flush</th><th>flush took</th><th>flushes ok / failed</th><th>clock offset</th><th>exact breaker</th><th>spill to replay</th></tr><tr><td class="{hc}">{health}</td><td>{fleet}</td><td>{last}</td><td>{took:.1} ms</td><td>{ok} / {failed}</td><td>{offset:.1} ms</td><td>{breaker}</td><td>{replay}</td></tr></table>{error}</section>"#,
@@ -118,81 +136,90 @@ pub(crate) fn render(status: &Status) -> String {
                 escape(m)
             )),
     );
-    body.push_str("\n<section><h2>Rules</h2>\n");
-    for (rule, rates) in e.rules.iter().zip(&status.rates) {
-        let limit = match (rule.limit, rule.window_s) {
-            (Some(l), Some(w)) => format!("{l} per {w} s"),
-            _ => "unlimited".to_owned(),
+}
+
+/// One rule: its settings, rates and sparkline, and its heaviest keys.
+fn rule_article(rule: &RuleReport, rates: &RuleRates, body: &mut String) {
+    let limit = match (rule.limit, rule.window_s) {
+        (Some(l), Some(w)) => format!("{l} per {w} s"),
+        _ => "unlimited".to_owned(),
+    };
+    let _ = write!(
+        body,
+        r#"<article class="rule"><h3><code>{domain}</code> {id}{name}{shadow}</h3><p>{mode}{policy}, {limit}; {tracked} keys tracked here. Now: <b>{a:.1}</b> allowed/s, <b class="bad">{d:.1}</b> denied/s, {sd:.1} shadow-denied/s (since started: {ta} allowed, {td} denied, {tsd} shadow-denied) {spark}</p>"#,
+        domain = escape(&rule.domain),
+        id = escape(&rule.id),
+        name = rule
+            .name
+            .as_deref()
+            .map_or(String::new(), |n| format!(" ({})", escape(n))),
+        shadow = if rule.shadow { " <em>shadow</em>" } else { "" },
+        mode = rule.mode,
+        policy = match (rule.policy == rule.mode, rule.note) {
+            (true, None) => String::new(),
+            (false, None) => format!(" ({})", rule.policy),
+            (true, Some(note)) => format!(" ({note})"),
+            (false, Some(note)) => format!(" ({}; {note})", rule.policy),
+        },
+        tracked = rule.tracked_keys,
+        a = rates.now.allowed,
+        d = rates.now.denied,
+        sd = rates.now.shadow_denied,
+        ta = rule.decisions.allowed,
+        td = rule.decisions.denied,
+        tsd = rule.decisions.shadow_denied,
+        spark = sparkline(&rates.history),
+    );
+    if rule.heavy_keys.is_empty() {
+        body.push_str("<p class=\"quiet\">no traffic sampled yet</p>");
+    } else {
+        heavy_keys(rule, body);
+    }
+    body.push_str("</article>\n");
+}
+
+/// A rule's heaviest keys, with how near their limit each is.
+fn heavy_keys(rule: &RuleReport, body: &mut String) {
+    let denied = if rule.shadow { "would deny" } else { "denied" };
+    let _ = write!(
+        body,
+        "<table class=\"keys\"><tr><th>heaviest keys</th><th>requests</th><th>{denied}</th><th>used of limit</th><th>state</th></tr>"
+    );
+    for k in &rule.heavy_keys {
+        let used = match (k.used, rule.limit) {
+            (Some(u), Some(l)) => format!("{u} / {l}"),
+            (Some(u), None) => u.to_string(),
+            _ => "-".to_owned(),
+        };
+        let near = k.used.zip(rule.limit).is_some_and(|(u, l)| u * 10 >= l * 8);
+        let state = match (k.blocked, near, rule.shadow) {
+            // Shadow mode denies nothing: the key is over, and let through.
+            (true, _, true) => "<td class=\"warn\">over limit (shadow: not denied)</td>",
+            (true, _, false) => "<td class=\"bad\">blocked</td>",
+            (false, true, _) => "<td class=\"warn\">near limit</td>",
+            _ => "<td>ok</td>",
+        };
+        // A busy rule's counts come from a sample: marked as estimates.
+        let about = if k.estimated {
+            "<span title=\"estimated from a sample\">~</span>"
+        } else {
+            ""
         };
         let _ = write!(
             body,
-            r#"<article class="rule"><h3><code>{domain}</code> {id}{name}{shadow}</h3><p>{mode}{policy}, {limit}; {tracked} keys tracked here. Now: <b>{a:.1}</b> allowed/s, <b class="bad">{d:.1}</b> denied/s, {sd:.1} shadow-denied/s (since started: {ta} allowed, {td} denied, {tsd} shadow-denied) {spark}</p>"#,
-            domain = escape(&rule.domain),
-            id = escape(&rule.id),
-            name = rule
-                .name
-                .as_deref()
-                .map_or(String::new(), |n| format!(" ({})", escape(n))),
-            shadow = if rule.shadow { " <em>shadow</em>" } else { "" },
-            mode = rule.mode,
-            policy = match (rule.policy == rule.mode, rule.note) {
-                (true, None) => String::new(),
-                (false, None) => format!(" ({})", rule.policy),
-                (true, Some(note)) => format!(" ({note})"),
-                (false, Some(note)) => format!(" ({}; {note})", rule.policy),
-            },
-            tracked = rule.tracked_keys,
-            a = rates.now.allowed,
-            d = rates.now.denied,
-            sd = rates.now.shadow_denied,
-            ta = rule.decisions.allowed,
-            td = rule.decisions.denied,
-            tsd = rule.decisions.shadow_denied,
-            spark = sparkline(&rates.history),
+            "<tr><td><code>{}</code></td><td>{about}{}</td><td>{about}{}</td><td>{}</td>{}</tr>",
+            escape(&k.key),
+            k.requests,
+            k.denied,
+            used,
+            state
         );
-        if rule.heavy_keys.is_empty() {
-            body.push_str("<p class=\"quiet\">no traffic sampled yet</p>");
-        } else {
-            let denied = if rule.shadow { "would deny" } else { "denied" };
-            let _ = write!(
-                body,
-                "<table class=\"keys\"><tr><th>heaviest keys</th><th>requests</th><th>{denied}</th><th>used of limit</th><th>state</th></tr>"
-            );
-            for k in &rule.heavy_keys {
-                let used = match (k.used, rule.limit) {
-                    (Some(u), Some(l)) => format!("{u} / {l}"),
-                    (Some(u), None) => u.to_string(),
-                    _ => "-".to_owned(),
-                };
-                let near = k.used.zip(rule.limit).is_some_and(|(u, l)| u * 10 >= l * 8);
-                let state = match (k.blocked, near, rule.shadow) {
-                    // Shadow mode denies nothing: the key is over, and let through.
-                    (true, _, true) => "<td class=\"warn\">over limit (shadow: not denied)</td>",
-                    (true, _, false) => "<td class=\"bad\">blocked</td>",
-                    (false, true, _) => "<td class=\"warn\">near limit</td>",
-                    _ => "<td>ok</td>",
-                };
-                // A busy rule's counts come from a sample: marked as estimates.
-                let about = if k.estimated {
-                    "<span title=\"estimated from a sample\">~</span>"
-                } else {
-                    ""
-                };
-                let _ = write!(
-                    body,
-                    "<tr><td><code>{}</code></td><td>{about}{}</td><td>{about}{}</td><td>{}</td>{}</tr>",
-                    escape(&k.key),
-                    k.requests,
-                    k.denied,
-                    used,
-                    state
-                );
-            }
-            body.push_str("</table>");
-        }
-        body.push_str("</article>\n");
     }
-    body.push_str("</section>");
+    body.push_str("</table>");
+}
+
+/// The page around `body`: styles and the script that refreshes it.
+fn page(body: &str) -> String {
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">

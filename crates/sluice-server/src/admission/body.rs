@@ -10,7 +10,7 @@ use http_body_util::BodyExt as _;
 use hyper::body::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
-use super::Refusal;
+use super::refusal::Refusal;
 use super::waiting::Ticket;
 
 /// How much of a body is read before the request goes on.
