@@ -566,7 +566,14 @@ impl KeyState {
         let budget = match shared.budget() {
             Some(budget) if p.span_of(budget.at) == p.span_of(now) => budget,
             _ => {
-                let budget = model::budget(p, self, shared, window_start, now, (phantoms, fleet));
+                let budget = model::budget(
+                    p,
+                    self,
+                    shared,
+                    (window_start, now),
+                    (phantoms, fleet),
+                    model::Split::Even,
+                );
                 shared.set_budget(budget);
                 budget
             }
