@@ -566,7 +566,22 @@ impl KeyState {
         let budget = match shared.budget() {
             Some(budget) if p.span_of(budget.at) == p.span_of(now) => budget,
             _ => {
-                let budget = model::budget(p, self, shared, window_start, now, (phantoms, fleet));
+                let budget = model::budget(
+                    p,
+                    self,
+                    shared,
+                    (window_start, now),
+                    (phantoms, fleet),
+                    // A key whose sharing is not settled yet (a new key: phantoms) splits by
+                    // its demand, the phantoms' taken as its own, as at its replies; so does a
+                    // limit too small to share (`small_limits: share`), where the requests the
+                    // others admitted since their last flush are a large part of the room.
+                    if phantoms == 0 && p.shareable(fleet.max(p.expected_instances)) {
+                        model::Split::Even
+                    } else {
+                        model::Split::ByDemand
+                    },
+                );
                 shared.set_budget(budget);
                 budget
             }

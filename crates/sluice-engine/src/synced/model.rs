@@ -103,6 +103,27 @@ pub(crate) fn estimate(
     estimate
 }
 
+/// The window's count as this instance read it: its own, the phantoms' taken as its own, and
+/// the others' as their entries and the last total read them, nothing extrapolated.
+fn read_count(
+    p: &SyncedParams,
+    key: &KeyState,
+    shared: &Shared,
+    window_start: Nanos,
+    now: Nanos,
+    phantoms: u64,
+) -> f64 {
+    let local = f64::from(key.local);
+    let listed: f64 = shared.others.iter().map(|o| f64::from(o.count)).sum();
+    let mut count =
+        (local * (1 + phantoms) as f64 + listed).max(local + f64::from(key.others_read));
+    if p.sliding {
+        let elapsed = now.saturating_sub(window_start).min(p.window_ns);
+        count += f64::from(key.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
+    }
+    count
+}
+
 /// Whether a shared key is far below its limit: the estimate, grown for two more spans at
 /// the key's known demand (this instance's and every live other's), stays under half the
 /// limit. Such a key needs no entries until it nears the limit: the total `INCRBY` returns
@@ -168,6 +189,30 @@ pub(crate) fn share(
     (own / total).clamp(0.0, 1.0)
 }
 
+/// An even part of the room: one over the fleet the store counts (at least the instances this
+/// one knows of: itself, the phantoms, the live others).
+fn even_share(p: &SyncedParams, shared: &Shared, now: Nanos, (phantoms, fleet): (u64, u64)) -> f64 {
+    let known = 1 + phantoms + shared.live_others(p, now).count() as u64;
+    1.0 / fleet.max(p.expected_instances).max(known) as f64
+}
+
+/// How a budget splits the room among the instances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// By demand ([`share`]): at a flush reply, when the rates are as fresh as they get.
+    ByDemand,
+    /// Evenly over the fleet: a key quiet at the last boundary (no reply in this span) whose
+    /// first request of the span sets the budget. Every rate it holds, its own and the
+    /// others', is as old as the quiet, and each instance's is of a different age, so shares
+    /// by demand do not add up to one: a client quiet between bursts bursts on every instance
+    /// at once, and each instance then took its own stale share (a burst once a minute after a
+    /// trickle of 0.2/s: budgets adding up to 55% of the room, windows at 67%). The room is
+    /// what it read, nothing extrapolated: a burst's rate carried over the quiet took most of
+    /// the room before the next burst. Evenly, every instance that meets the burst takes the
+    /// same part and the parts add up to the room.
+    Even,
+}
+
 /// This instance's budget until its next flush reply: its share of the room the estimate
 /// leaves in the window. Only keys with others have one: alone, the share is 1 and the budget
 /// check is the estimate check.
@@ -175,20 +220,36 @@ pub(crate) fn budget(
     p: &SyncedParams,
     key: &KeyState,
     shared: &Shared,
-    window_start: Nanos,
-    now: Nanos,
+    (window_start, now): (Nanos, Nanos),
     (phantoms, fleet): (u64, u64),
+    split: Split,
 ) -> Budget {
-    let estimate = estimate(
-        p,
-        key,
-        Some(shared),
-        window_start,
-        now,
-        (StoreHealth::Answering, phantoms),
-    );
-    let room = (p.limit as f64 - estimate).max(0.0);
-    let share = share(p, key, shared, now, (phantoms, fleet));
+    let counted = match split {
+        Split::ByDemand => estimate(
+            p,
+            key,
+            Some(shared),
+            window_start,
+            now,
+            (StoreHealth::Answering, phantoms),
+        ),
+        Split::Even => read_count(p, key, shared, window_start, now, phantoms),
+    };
+    let room = (p.limit as f64 - counted).max(0.0);
+    // A key far below its limit flushes only its count and learns of the others as one
+    // unlisted group; how that group's demand is spread over its instances is not known, each
+    // instance sees a different part of it (a reply that lands before the others' flushes of
+    // the same boundary reads a total without them), and its own rate is a trickle's. Shares
+    // by demand then added up to anywhere from half to one and a half of the room when a
+    // burst came on every instance at once (`mix/surge.yaml`: 383 of 300). Evenly, the parts
+    // add up to the room whatever order the replies came in; far below, an even part is more
+    // than a span of the key's demand on any instance.
+    let even = split == Split::Even || far_below(p, key, shared, window_start, now, phantoms);
+    let share = if even {
+        even_share(p, shared, now, (phantoms, fleet))
+    } else {
+        share(p, key, shared, now, (phantoms, fleet))
+    };
     Budget {
         // `room` is at most the limit, a 32-bit count (the cast saturates anyway).
         amount: (room * share).floor() as u32,

@@ -108,6 +108,7 @@ impl KeyState {
             let others_seen = listed > 0
                 || unlisted.is_some()
                 || outcome.entries.iter().any(|e| &*e.node != node);
+            let had_others = shared.as_ref().is_some_and(|x| !x.others.is_empty());
             let mut others = listed_others(
                 p,
                 shared,
@@ -117,6 +118,17 @@ impl KeyState {
                 unlisted.is_some(),
             );
             others.extend(unlisted);
+            if had_others && others.is_empty() && store.fleet.max(p.expected_instances) > 1 {
+                // Every other instance went quiet for two spans: gone, or quiet between two
+                // bursts of a client that comes back on every instance at once. Settled as
+                // shared, the key would now count as this instance's alone and take the
+                // whole room at the next burst (87 of a burst whose room was 59 an instance,
+                // the mix of users). It is settled again as a new key is: the instances not
+                // listed count as this one does until two boundary replies, or a read a
+                // quarter span after a boundary, show nobody else counts it.
+                self.flags.remove(KeyFlags::SETTLED);
+                self.activity.remove(Activity::BOUNDARY_REPLY);
+            }
             set_others(shared, others, now);
             if self.settles(
                 p,
@@ -160,7 +172,14 @@ impl KeyState {
             && let Some(x) = shared
         {
             let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
-            let budget = model::budget(p, self, x, window_start, now, (phantoms, store.fleet));
+            let budget = model::budget(
+                p,
+                self,
+                x,
+                (window_start, now),
+                (phantoms, store.fleet),
+                model::Split::ByDemand,
+            );
             x.set_budget(budget);
             if !early && self.read_ahead_of_others(p, x, budget, now) {
                 if p.span_of(now) as u16 != self.span {
