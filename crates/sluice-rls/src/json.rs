@@ -94,7 +94,7 @@ pub(crate) async fn should_rate_limit(
                 });
             }
             if let Some(d) = &s.duration_until_reset {
-                v["durationUntilReset"] = json!(format!("{}s", d.seconds));
+                v["durationUntilReset"] = json!(proto_json_duration(d.seconds, d.nanos));
             }
             v
         })
@@ -117,4 +117,32 @@ pub(crate) async fn should_rate_limit(
         _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
     };
     Ok((status, Json(out)))
+}
+
+/// A protobuf `Duration` as protobuf's JSON mapping writes it: seconds with 0, 3, 6 or 9
+/// fractional digits and an `s` (`"1s"`, `"0.250s"`). The whole seconds alone said `"0s"` while
+/// a window still had most of a second to run.
+fn proto_json_duration(seconds: i64, nanos: i32) -> String {
+    // A time until a reset is never negative (it comes from a `std::time::Duration`).
+    let (seconds, nanos) = (seconds.max(0), nanos.max(0));
+    match nanos {
+        0 => format!("{seconds}s"),
+        n if n % 1_000_000 == 0 => format!("{seconds}.{:03}s", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{seconds}.{:06}s", n / 1_000),
+        n => format!("{seconds}.{n:09}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::proto_json_duration;
+
+    #[test]
+    fn durations_are_written_as_protobuf_json_writes_them() {
+        assert_eq!(proto_json_duration(5, 0), "5s");
+        assert_eq!(proto_json_duration(0, 250_000_000), "0.250s");
+        assert_eq!(proto_json_duration(1, 500_000), "1.000500s");
+        assert_eq!(proto_json_duration(0, 1), "0.000000001s");
+        assert_eq!(proto_json_duration(59, 999_999_999), "59.999999999s");
+    }
 }

@@ -95,12 +95,18 @@ pub(crate) fn estimate(
     let local = f64::from(key.local);
     // What this instance knows for sure: the total it read (its own count at that moment
     // included) plus what it admitted since.
-    let mut estimate = (local + others).max(local + f64::from(key.others_read));
-    if p.sliding {
-        let elapsed = now.saturating_sub(window_start).min(p.window_ns);
-        estimate += f64::from(key.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
+    (local + others).max(local + f64::from(key.others_read))
+        + previous_weight(p, key, window_start, now)
+}
+
+/// With a sliding window, the previous window's total weighted by the part of it the window
+/// still covers at `now`; nothing otherwise.
+fn previous_weight(p: &SyncedParams, key: &KeyState, window_start: Nanos, now: Nanos) -> f64 {
+    if !p.sliding {
+        return 0.0;
     }
-    estimate
+    let elapsed = now.saturating_sub(window_start).min(p.window_ns);
+    f64::from(key.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64)
 }
 
 /// The window's count as this instance read it: its own, the phantoms' taken as its own, and
@@ -115,13 +121,8 @@ fn read_count(
 ) -> f64 {
     let local = f64::from(key.local);
     let listed: f64 = shared.others.iter().map(|o| f64::from(o.count)).sum();
-    let mut count =
-        (local * (1 + phantoms) as f64 + listed).max(local + f64::from(key.others_read));
-    if p.sliding {
-        let elapsed = now.saturating_sub(window_start).min(p.window_ns);
-        count += f64::from(key.prev_global) * (1.0 - elapsed as f64 / p.window_ns as f64);
-    }
-    count
+    (local * (1 + phantoms) as f64 + listed).max(local + f64::from(key.others_read))
+        + previous_weight(p, key, window_start, now)
 }
 
 /// Whether a shared key is far below its limit: the estimate, grown for two more spans at
