@@ -6,10 +6,9 @@ use sluice_core::Rate;
 
 use crate::error::{Located, suggestion};
 use crate::raw::RawRateLimit;
-use crate::rules::{AlgorithmKind, Limit, LimitSpec, Mode};
 use crate::settings::{
-    MAX_SLIDING_LOG_LIMIT, UNITS, check_settings_fit, parse_positive_duration, parse_settings,
-    unit_duration,
+    AlgorithmKind, Limit, LimitSpec, MAX_SLIDING_LOG_LIMIT, Mode, UNITS, check_settings_fit,
+    parse_positive_duration, parse_settings, unit_duration,
 };
 
 /// Validates one `rate_limit` (or one entry of `limits`).

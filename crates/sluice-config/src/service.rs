@@ -6,25 +6,12 @@ use std::path::{Path, PathBuf};
 use serde_saphyr::Spanned;
 
 use crate::error::{ConfigError, Located, suggestion};
+use crate::fields::{HeaderStyle, non_empty, parse_addr, parse_headers};
 use crate::gateway::{Gateway, gateway};
 use crate::raw::RawServiceFile;
 use crate::rules::{RuleSet, RuleSettings, parse_settings};
 use crate::store::parse_store;
 use crate::target::StoreConfig;
-
-/// Which rate-limit headers HTTP responses carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeaderStyle {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
-    Ietf,
-    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
-    Legacy,
-    /// Both.
-    Both,
-    /// None (429 and `Retry-After` only).
-    None,
-}
 
 /// The listeners.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,8 +100,6 @@ pub struct ServiceConfig {
     pub geoip: Option<crate::GeoIpConfig>,
 }
 
-pub(crate) const MAX_COST: i64 = sluice_core::MAX_COST as i64;
-
 /// `flush_chunk_items` when the file does not set it. A chunk's commands are encoded and its
 /// replies read on the request runtime, so a chunk is also the longest a flush holds up a
 /// request there: with 1,000 keys a 1M-key flush kept checks within about 13 ms on a busy
@@ -133,70 +118,6 @@ pub const DEFAULT_ADHOC_MAX_KEYS: usize = 1_000_000;
 
 /// `max_keys_per_rule` when the file does not set it.
 pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
-
-/// A listener's address: `ip:port`, or `host:port` with a host name resolved now (to its
-/// first IPv4 address, else its first: `localhost:8080` listens on 127.0.0.1:8080).
-pub(crate) fn parse_addr(field: &str, value: &Spanned<String>) -> Result<SocketAddr, Located> {
-    if let Ok(addr) = value.value.parse() {
-        return Ok(addr);
-    }
-    let invalid = |why: &str| {
-        Located::at(
-            value,
-            format!(
-                "invalid {field} address `{}`{why}; write `host:port`, e.g. `127.0.0.1:8080`, `[::1]:8080` or `localhost:8080`",
-                value.value
-            ),
-        )
-    };
-    let Some((host, port)) = value.value.rsplit_once(':') else {
-        return Err(invalid(": no port"));
-    };
-    // Only a well-formed host name goes to the resolver (RFC 1123: letters, digits, `-` and
-    // `.`, at most 253 characters).
-    let host_name = !host.is_empty()
-        && host.len() <= 253
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
-    if !host_name || port.parse::<u16>().is_err() {
-        return Err(invalid(""));
-    }
-    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(value.value.as_str())
-        .map_err(|e| invalid(&format!(": `{host}` does not resolve ({e})")))?
-        .collect();
-    resolved
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(resolved.first())
-        .copied()
-        .ok_or_else(|| invalid(&format!(": `{host}` resolves to no address")))
-}
-
-pub(crate) fn parse_headers(value: &Spanned<String>) -> Result<HeaderStyle, Located> {
-    Ok(match value.value.as_str() {
-        "ietf" => HeaderStyle::Ietf,
-        "legacy" => HeaderStyle::Legacy,
-        "both" => HeaderStyle::Both,
-        "none" => HeaderStyle::None,
-        other => {
-            return Err(Located::at(
-                value,
-                format!(
-                    "unknown headers style `{other}`; {}",
-                    suggestion(other, &["ietf", "legacy", "both", "none"])
-                ),
-            ));
-        }
-    })
-}
-
-pub(crate) fn non_empty(field: &str, value: &Spanned<String>) -> Result<String, Located> {
-    if value.value.trim().is_empty() {
-        return Err(Located::at(value, format!("`{field}` is empty")));
-    }
-    Ok(value.value.clone())
-}
 
 impl ServiceConfig {
     /// Validates a parsed `sluice.yaml` and loads the rule files it names.
@@ -282,7 +203,7 @@ impl ServiceConfig {
         let mut domains = Vec::new();
         let mut empty_rule_dirs = Vec::new();
         for (entry, path) in rule_entries.iter().zip(&rule_paths) {
-            let files = crate::load::rule_files(path).map_err(|e| {
+            let files = crate::domain_file::rule_files(path).map_err(|e| {
                 Located::at(
                     entry,
                     format!(
@@ -296,7 +217,7 @@ impl ServiceConfig {
                 empty_rule_dirs.push(path.clone());
             }
             for f in files {
-                domains.push(crate::load::load_domain_file(&f)?);
+                domains.push(crate::domain_file::load_domain_file(&f)?);
             }
         }
         let mut rules = RuleSet::new(domains)?;

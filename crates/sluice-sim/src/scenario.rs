@@ -524,13 +524,13 @@ impl Scenario {
             && let Some(bad) = p
                 .value
                 .iter()
-                .find(|x| !crate::run::ALL_POLICIES.contains(&x.as_str()))
+                .find(|x| !crate::policy::ALL_POLICIES.contains(&x.as_str()))
         {
             return at(
                 &p.referenced,
                 &format!(
                     "unknown policy `{bad}`; {}",
-                    sluice_config::suggestion(bad, &crate::run::ALL_POLICIES)
+                    sluice_config::suggestion(bad, &crate::policy::ALL_POLICIES)
                 ),
             );
         }
