@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use serde_saphyr::Spanned;
 
 use crate::error::{Located, suggestion};
+use crate::fields::{HeaderStyle, MAX_COST, non_empty, parse_addr, parse_headers};
 use crate::raw::{RawAction, RawGateway, RawRoute};
-use crate::service::{HeaderStyle, MAX_COST, non_empty, parse_addr, parse_headers};
 
 /// How a gateway route matches requests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -25,9 +25,11 @@
 //! assert!(err.to_string().contains("did you mean `second`?"));
 //! ```
 
+mod domain_file;
 mod duration;
 mod error;
 mod exact_calls;
+mod fields;
 mod gateway;
 mod geoip;
 mod lifecycle;
@@ -44,8 +46,10 @@ mod store;
 mod target;
 mod wildcard;
 
+pub use domain_file::{DomainSource, load_domain_file, parse_domain};
 pub use error::{ConfigError, describe_yaml_error, suggestion};
 pub use exact_calls::ExactCalls;
+pub use fields::HeaderStyle;
 pub use gateway::{
     Action, Gateway, GeoField, HeaderMatch, HeaderMatcher, MAX_TRUSTED_HOPS, PathMatching, Route,
     RouteMatch,
@@ -53,16 +57,14 @@ pub use gateway::{
 pub use geoip::{DEFAULT_GEOIP_CHECK_EVERY, GeoIpConfig, MAX_GEOIP_DATABASES};
 pub use lifecycle::{DEFAULT_SHUTDOWN_TIMEOUT, Lifecycle};
 pub use lint::{Warning, warnings};
-pub use load::{DomainSource, load, load_domain_file, parse_domain, parse_service};
+pub use load::{load, parse_service};
 pub use protection::{Access, ListenerLimits, TlsFiles};
 pub use redact::{redact_secrets, redact_url, secrets_in};
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings, SmallLimits,
 };
-pub use service::{
-    DEFAULT_ADHOC_MAX_KEYS, DEFAULT_FLUSH_CHUNK_ITEMS, HeaderStyle, Listen, ServiceConfig,
-};
+pub use service::{DEFAULT_ADHOC_MAX_KEYS, DEFAULT_FLUSH_CHUNK_ITEMS, Listen, ServiceConfig};
 pub use target::{
     ClusterTarget, Credentials, EtcdTarget, RedisTarget, SentinelTarget, StandaloneTarget,
     StoreConfig,

@@ -2,29 +2,17 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_saphyr::Spanned;
 
 use crate::error::{ConfigError, Located, suggestion};
+use crate::fields::{HeaderStyle, non_empty, parse_addr, parse_headers};
 use crate::gateway::{Gateway, gateway};
-use crate::raw::RawServiceFile;
+use crate::raw::{RawListen, RawServiceFile};
 use crate::rules::{RuleSet, RuleSettings, parse_settings};
 use crate::store::parse_store;
 use crate::target::StoreConfig;
-
-/// Which rate-limit headers HTTP responses carry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HeaderStyle {
-    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
-    Ietf,
-    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
-    Legacy,
-    /// Both.
-    Both,
-    /// None (429 and `Retry-After` only).
-    None,
-}
 
 /// The listeners.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,8 +101,6 @@ pub struct ServiceConfig {
     pub geoip: Option<crate::GeoIpConfig>,
 }
 
-pub(crate) const MAX_COST: i64 = sluice_core::MAX_COST as i64;
-
 /// `flush_chunk_items` when the file does not set it. A chunk's commands are encoded and its
 /// replies read on the request runtime, so a chunk is also the longest a flush holds up a
 /// request there: with 1,000 keys a 1M-key flush kept checks within about 13 ms on a busy
@@ -134,70 +120,6 @@ pub const DEFAULT_ADHOC_MAX_KEYS: usize = 1_000_000;
 /// `max_keys_per_rule` when the file does not set it.
 pub const DEFAULT_MAX_KEYS_PER_RULE: usize = 1_000_000;
 
-/// A listener's address: `ip:port`, or `host:port` with a host name resolved now (to its
-/// first IPv4 address, else its first: `localhost:8080` listens on 127.0.0.1:8080).
-pub(crate) fn parse_addr(field: &str, value: &Spanned<String>) -> Result<SocketAddr, Located> {
-    if let Ok(addr) = value.value.parse() {
-        return Ok(addr);
-    }
-    let invalid = |why: &str| {
-        Located::at(
-            value,
-            format!(
-                "invalid {field} address `{}`{why}; write `host:port`, e.g. `127.0.0.1:8080`, `[::1]:8080` or `localhost:8080`",
-                value.value
-            ),
-        )
-    };
-    let Some((host, port)) = value.value.rsplit_once(':') else {
-        return Err(invalid(": no port"));
-    };
-    // Only a well-formed host name goes to the resolver (RFC 1123: letters, digits, `-` and
-    // `.`, at most 253 characters).
-    let host_name = !host.is_empty()
-        && host.len() <= 253
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
-    if !host_name || port.parse::<u16>().is_err() {
-        return Err(invalid(""));
-    }
-    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(value.value.as_str())
-        .map_err(|e| invalid(&format!(": `{host}` does not resolve ({e})")))?
-        .collect();
-    resolved
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(resolved.first())
-        .copied()
-        .ok_or_else(|| invalid(&format!(": `{host}` resolves to no address")))
-}
-
-pub(crate) fn parse_headers(value: &Spanned<String>) -> Result<HeaderStyle, Located> {
-    Ok(match value.value.as_str() {
-        "ietf" => HeaderStyle::Ietf,
-        "legacy" => HeaderStyle::Legacy,
-        "both" => HeaderStyle::Both,
-        "none" => HeaderStyle::None,
-        other => {
-            return Err(Located::at(
-                value,
-                format!(
-                    "unknown headers style `{other}`; {}",
-                    suggestion(other, &["ietf", "legacy", "both", "none"])
-                ),
-            ));
-        }
-    })
-}
-
-pub(crate) fn non_empty(field: &str, value: &Spanned<String>) -> Result<String, Located> {
-    if value.value.trim().is_empty() {
-        return Err(Located::at(value, format!("`{field}` is empty")));
-    }
-    Ok(value.value.clone())
-}
-
 impl ServiceConfig {
     /// Validates a parsed `sluice.yaml` and loads the rule files it names.
     pub(crate) fn from_raw(raw: RawServiceFile, file: &Path) -> Result<Self, ConfigError> {
@@ -209,33 +131,7 @@ impl ServiceConfig {
             .transpose()
             .map_err(err)?
             .unwrap_or(StoreConfig::Memory);
-        let defaults_listen = Listen::default();
-        let listen = Listen {
-            http: raw
-                .listen
-                .http
-                .as_ref()
-                .map(|a| parse_addr("listen.http", a))
-                .transpose()
-                .map_err(err)?
-                .unwrap_or(defaults_listen.http),
-            grpc: raw
-                .listen
-                .grpc
-                .as_ref()
-                .map(|a| parse_addr("listen.grpc", a))
-                .transpose()
-                .map_err(err)?
-                .unwrap_or(defaults_listen.grpc),
-            admin: raw
-                .listen
-                .admin
-                .as_ref()
-                .map(|a| parse_addr("listen.admin", a))
-                .transpose()
-                .map_err(err)?
-                .unwrap_or(defaults_listen.admin),
-        };
+        let listen = parse_listen(&raw.listen).map_err(err)?;
         let d = &raw.defaults;
         let defaults = parse_settings(
             d.algorithm.as_ref(),
@@ -260,153 +156,13 @@ impl ServiceConfig {
             .collect::<Result<_, _>>()
             .map_err(err)?;
         let base = file.parent().unwrap_or(Path::new("."));
-        let geoip = raw
-            .geoip
-            .as_ref()
-            .map(|g| crate::geoip::parse_geoip(g, base))
-            .transpose()
-            .map_err(err)?;
-        if geoip.is_none()
-            && let Some(action) = raw
-                .gateways
-                .iter()
-                .find_map(crate::gateway::first_geo_action)
-        {
-            return Err(err(Located::at(
-                action,
-                "the `country` and `asn` actions look the client address up in `geoip.databases`; add `geoip: { databases: [country.mmdb] }` to this file",
-            )));
-        }
-        let rule_entries = raw.rules.clone().unwrap_or_default();
-        let rule_paths: Vec<PathBuf> = rule_entries.iter().map(|p| base.join(&p.value)).collect();
-        let mut domains = Vec::new();
-        let mut empty_rule_dirs = Vec::new();
-        for (entry, path) in rule_entries.iter().zip(&rule_paths) {
-            let files = crate::load::rule_files(path).map_err(|e| {
-                Located::at(
-                    entry,
-                    format!(
-                        "cannot read rules `{}`: {e}; check the path (it is relative to this file)",
-                        entry.value
-                    ),
-                )
-                .in_file(file)
-            })?;
-            if files.is_empty() {
-                empty_rule_dirs.push(path.clone());
-            }
-            for f in files {
-                domains.push(crate::load::load_domain_file(&f)?);
-            }
-        }
-        let mut rules = RuleSet::new(domains)?;
-        if raw.defaults.shadow_mode == Some(true) {
-            rules.shadow_all();
-        }
-        for domain in rules.domains() {
-            for rule in domain.rules() {
-                if let crate::rules::Limit::Limited(spec) = &rule.limit {
-                    let merged = RuleSettings {
-                        spans: spec.settings.spans.or(defaults.spans),
-                        cooldown: spec.settings.cooldown.or(defaults.cooldown),
-                        ..Default::default()
-                    };
-                    let position = rule.position;
-                    if matches!(store, StoreConfig::Etcd(_))
-                        && spec.settings.mode.or(defaults.mode) == Some(crate::rules::Mode::Exact)
-                    {
-                        return Err(Located {
-                            line: position.0,
-                            column: position.1,
-                            message: format!(
-                                "rule `{}` is in `exact` mode, which the etcd store does not run (one etcd transaction per request is too slow to be worth it); use `mode: synced`, or a Redis store for exact limits",
-                                rule.path
-                            ),
-                        }
-                        .in_file(domain.file()));
-                    }
-                    crate::rules::check_settings_fit(spec.rate, &merged, &|_| position).map_err(
-                        |mut e| {
-                            e.message =
-                                format!("{} (with the defaults of {})", e.message, file.display());
-                            e.in_file(domain.file())
-                        },
-                    )?;
-                }
-            }
-        }
-        let api_domain = match &raw.api.domain {
-            Some(d) => {
-                let name = non_empty("api.domain", d).map_err(err)?;
-                if raw.rules.is_some() && rules.domain(&name).is_none() {
-                    return Err(err(unknown_domain(d, &rules)));
-                }
-                name
-            }
-            None => "default".to_owned(),
-        };
-        if raw.rules.is_some() {
-            for (g, raw_g) in gateways.iter().zip(&raw.gateways) {
-                if rules.domain(&g.domain).is_none() {
-                    return Err(err(unknown_domain(&raw_g.domain, &rules)));
-                }
-            }
-        }
-        let count = |field, value, default, range, hint| {
-            crate::duration::bounded_count(field, value, default, range, hint).map_err(err)
-        };
-        let expected_instances = count(
-            "expected_instances",
-            raw.expected_instances.as_ref(),
-            1,
-            (1, 100_000),
-            "write the most instances the deployment runs",
-        )?;
-        let max_keys_per_rule = count(
-            "max_keys_per_rule",
-            raw.max_keys_per_rule.as_ref(),
-            DEFAULT_MAX_KEYS_PER_RULE as u64,
-            (1, 100_000_000),
-            "each tracked key takes about 200 bytes (docs/RELIABILITY.md)",
-        )? as usize;
-        let adhoc_max_keys = count(
-            "api.adhoc_max_keys",
-            raw.api.adhoc_max_keys.as_ref(),
-            DEFAULT_ADHOC_MAX_KEYS as u64,
-            (1, 100_000_000),
-            "each ad-hoc key takes about 100 bytes (docs/RELIABILITY.md)",
-        )? as usize;
-        let flush_chunk_items = count(
-            "flush_chunk_items",
-            raw.flush_chunk_items.as_ref(),
-            DEFAULT_FLUSH_CHUNK_ITEMS as u64,
-            (1, 1_000_000),
-            "each chunk is one call to the store (its timeout grows with flush_timeout_per_key)",
-        )? as usize;
-        let store_timeout = crate::duration::bounded_duration(
-            "store_timeout",
-            raw.store_timeout.as_ref(),
-            DEFAULT_STORE_TIMEOUT,
-            &crate::duration::Bounds {
-                min: std::time::Duration::from_millis(10),
-                max: std::time::Duration::from_secs(60),
-                range: "10ms and 1m",
-                example: "`500ms` or `2s`",
-            },
-        )
-        .map_err(err)?;
-        let flush_timeout_per_key = crate::duration::bounded_duration(
-            "flush_timeout_per_key",
-            raw.flush_timeout_per_key.as_ref(),
-            DEFAULT_FLUSH_TIMEOUT_PER_KEY,
-            &crate::duration::Bounds {
-                min: std::time::Duration::ZERO,
-                max: std::time::Duration::from_millis(10),
-                range: "0s and 10ms",
-                example: "`100us` or `1ms`",
-            },
-        )
-        .map_err(err)?;
+        let geoip = geoip_of(&raw, base).map_err(err)?;
+        let (rule_paths, rules, empty_rule_dirs) = load_rules(&raw, file, base)?;
+        check_rules_fit(&rules, &defaults, &store, file)?;
+        let api_domain = api_domain_of(&raw, &rules, &gateways).map_err(err)?;
+        let (expected_instances, max_keys_per_rule, adhoc_max_keys, flush_chunk_items) =
+            counts(&raw).map_err(err)?;
+        let (store_timeout, flush_timeout_per_key) = timeouts(&raw).map_err(err)?;
         Ok(ServiceConfig {
             file: file.to_path_buf(),
             store,
@@ -439,6 +195,224 @@ impl ServiceConfig {
             geoip,
         })
     }
+}
+
+/// The three listeners' addresses, each defaulting on its own.
+fn parse_listen(raw: &RawListen) -> Result<Listen, Located> {
+    let defaults_listen = Listen::default();
+    Ok(Listen {
+        http: raw
+            .http
+            .as_ref()
+            .map(|a| parse_addr("listen.http", a))
+            .transpose()?
+            .unwrap_or(defaults_listen.http),
+        grpc: raw
+            .grpc
+            .as_ref()
+            .map(|a| parse_addr("listen.grpc", a))
+            .transpose()?
+            .unwrap_or(defaults_listen.grpc),
+        admin: raw
+            .admin
+            .as_ref()
+            .map(|a| parse_addr("listen.admin", a))
+            .transpose()?
+            .unwrap_or(defaults_listen.admin),
+    })
+}
+
+/// The rule files `rules:` names, read and parsed: the paths as written (relative to `file`),
+/// the rules, and the directories that held no rule file.
+fn load_rules(
+    raw: &RawServiceFile,
+    file: &Path,
+    base: &Path,
+) -> Result<(Vec<PathBuf>, RuleSet, Vec<PathBuf>), ConfigError> {
+    let rule_entries = raw.rules.clone().unwrap_or_default();
+    let rule_paths: Vec<PathBuf> = rule_entries.iter().map(|p| base.join(&p.value)).collect();
+    let mut domains = Vec::new();
+    let mut empty_rule_dirs = Vec::new();
+    for (entry, path) in rule_entries.iter().zip(&rule_paths) {
+        let files = crate::domain_file::rule_files(path).map_err(|e| {
+            Located::at(
+                entry,
+                format!(
+                    "cannot read rules `{}`: {e}; check the path (it is relative to this file)",
+                    entry.value
+                ),
+            )
+            .in_file(file)
+        })?;
+        if files.is_empty() {
+            empty_rule_dirs.push(path.clone());
+        }
+        for f in files {
+            domains.push(crate::domain_file::load_domain_file(&f)?);
+        }
+    }
+    let mut rules = RuleSet::new(domains)?;
+    if raw.defaults.shadow_mode == Some(true) {
+        rules.shadow_all();
+    }
+    Ok((rule_paths, rules, empty_rule_dirs))
+}
+
+/// Every limited rule fits the file's defaults, and none is `exact` over etcd.
+fn check_rules_fit(
+    rules: &RuleSet,
+    defaults: &RuleSettings,
+    store: &StoreConfig,
+    file: &Path,
+) -> Result<(), ConfigError> {
+    for domain in rules.domains() {
+        for rule in domain.rules() {
+            if let crate::rules::Limit::Limited(spec) = &rule.limit {
+                let merged = RuleSettings {
+                    spans: spec.settings.spans.or(defaults.spans),
+                    cooldown: spec.settings.cooldown.or(defaults.cooldown),
+                    ..Default::default()
+                };
+                let position = rule.position;
+                if matches!(store, StoreConfig::Etcd(_))
+                    && spec.settings.mode.or(defaults.mode) == Some(crate::rules::Mode::Exact)
+                {
+                    return Err(Located {
+                        line: position.0,
+                        column: position.1,
+                        message: format!(
+                            "rule `{}` is in `exact` mode, which the etcd store does not run (one etcd transaction per request is too slow to be worth it); use `mode: synced`, or a Redis store for exact limits",
+                            rule.path
+                        ),
+                    }
+                    .in_file(domain.file()));
+                }
+                crate::rules::check_settings_fit(spec.rate, &merged, &|_| position).map_err(
+                    |mut e| {
+                        e.message =
+                            format!("{} (with the defaults of {})", e.message, file.display());
+                        e.in_file(domain.file())
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `geoip:`, which the gateways' `country` and `asn` actions need.
+fn geoip_of(raw: &RawServiceFile, base: &Path) -> Result<Option<crate::GeoIpConfig>, Located> {
+    let geoip = raw
+        .geoip
+        .as_ref()
+        .map(|g| crate::geoip::parse_geoip(g, base))
+        .transpose()?;
+    if geoip.is_none()
+        && let Some(action) = raw
+            .gateways
+            .iter()
+            .find_map(crate::gateway::first_geo_action)
+    {
+        return Err(Located::at(
+            action,
+            "the `country` and `asn` actions look the client address up in `geoip.databases`; add `geoip: { databases: [country.mmdb] }` to this file",
+        ));
+    }
+    Ok(geoip)
+}
+
+/// `api.domain` (`default` when unset); with `rules:`, it and every gateway's domain must be
+/// defined by a rule file.
+fn api_domain_of(
+    raw: &RawServiceFile,
+    rules: &RuleSet,
+    gateways: &[Gateway],
+) -> Result<String, Located> {
+    let api_domain = match &raw.api.domain {
+        Some(d) => {
+            let name = non_empty("api.domain", d)?;
+            if raw.rules.is_some() && rules.domain(&name).is_none() {
+                return Err(unknown_domain(d, rules));
+            }
+            name
+        }
+        None => "default".to_owned(),
+    };
+    if raw.rules.is_some() {
+        for (g, raw_g) in gateways.iter().zip(&raw.gateways) {
+            if rules.domain(&g.domain).is_none() {
+                return Err(unknown_domain(&raw_g.domain, rules));
+            }
+        }
+    }
+    Ok(api_domain)
+}
+
+/// `expected_instances`, `max_keys_per_rule`, `api.adhoc_max_keys` and `flush_chunk_items`,
+/// within their bounds.
+fn counts(raw: &RawServiceFile) -> Result<(u64, usize, usize, usize), Located> {
+    let count = crate::duration::bounded_count;
+    let expected_instances = count(
+        "expected_instances",
+        raw.expected_instances.as_ref(),
+        1,
+        (1, 100_000),
+        "write the most instances the deployment runs",
+    )?;
+    let max_keys_per_rule = count(
+        "max_keys_per_rule",
+        raw.max_keys_per_rule.as_ref(),
+        DEFAULT_MAX_KEYS_PER_RULE as u64,
+        (1, 100_000_000),
+        "each tracked key takes about 200 bytes (docs/RELIABILITY.md)",
+    )? as usize;
+    let adhoc_max_keys = count(
+        "api.adhoc_max_keys",
+        raw.api.adhoc_max_keys.as_ref(),
+        DEFAULT_ADHOC_MAX_KEYS as u64,
+        (1, 100_000_000),
+        "each ad-hoc key takes about 100 bytes (docs/RELIABILITY.md)",
+    )? as usize;
+    let flush_chunk_items = count(
+        "flush_chunk_items",
+        raw.flush_chunk_items.as_ref(),
+        DEFAULT_FLUSH_CHUNK_ITEMS as u64,
+        (1, 1_000_000),
+        "each chunk is one call to the store (its timeout grows with flush_timeout_per_key)",
+    )? as usize;
+    Ok((
+        expected_instances,
+        max_keys_per_rule,
+        adhoc_max_keys,
+        flush_chunk_items,
+    ))
+}
+
+/// `store_timeout` and `flush_timeout_per_key`, within their bounds.
+fn timeouts(raw: &RawServiceFile) -> Result<(Duration, Duration), Located> {
+    let store_timeout = crate::duration::bounded_duration(
+        "store_timeout",
+        raw.store_timeout.as_ref(),
+        DEFAULT_STORE_TIMEOUT,
+        &crate::duration::Bounds {
+            min: std::time::Duration::from_millis(10),
+            max: std::time::Duration::from_secs(60),
+            range: "10ms and 1m",
+            example: "`500ms` or `2s`",
+        },
+    )?;
+    let flush_timeout_per_key = crate::duration::bounded_duration(
+        "flush_timeout_per_key",
+        raw.flush_timeout_per_key.as_ref(),
+        DEFAULT_FLUSH_TIMEOUT_PER_KEY,
+        &crate::duration::Bounds {
+            min: std::time::Duration::ZERO,
+            max: std::time::Duration::from_millis(10),
+            range: "0s and 10ms",
+            example: "`100us` or `1ms`",
+        },
+    )?;
+    Ok((store_timeout, flush_timeout_per_key))
 }
 
 fn unknown_domain(name: &Spanned<String>, rules: &RuleSet) -> Located {

@@ -10,8 +10,8 @@ use sluice_core::{Clock, Decision, MAX_COST, Nanos};
 use sluice_store::CounterStore;
 use smallvec::SmallVec;
 
-use crate::breaker::BreakerState;
 use crate::descriptor_key::with_key;
+use crate::exact::breaker::BreakerState;
 use crate::flusher::{Due, FlushReport, Flusher, Retired, Spill, StateDir};
 use crate::rule::{RuleEngine, RuleKind};
 use crate::table::RuleTable;
@@ -288,7 +288,7 @@ impl Engine {
             .table
             .domain(domain)
             .ok_or_else(|| EngineError::UnknownDomain(domain.to_owned()))?;
-        let timer = crate::telemetry::DecisionTimer::start();
+        let timer = crate::observe::telemetry::DecisionTimer::start();
         let now = self.now();
         let mut verdict = Verdict {
             allowed: true,

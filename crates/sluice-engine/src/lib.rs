@@ -24,37 +24,32 @@
 //! assert!(!rt.block_on(engine.check("d", &request, 1)).unwrap().allowed);
 //! ```
 
-mod breaker;
 mod descriptor_key;
-mod detailed;
 mod engine;
 mod exact;
 mod flusher;
 mod health;
-mod heavy;
 mod lineage;
 mod local;
+mod observe;
 mod rule;
-mod sketch;
-mod status;
 mod synced;
 mod table;
-mod telemetry;
 mod verdict;
 
-pub use breaker::BreakerState;
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
-pub use detailed::{DETAILED_VALUE_BYTES, DETAILED_VALUES};
 pub use engine::{Engine, EngineError, EngineOptions};
+pub use exact::breaker::BreakerState;
 pub use flusher::{
     EARLY_SYNC_DELAY, FlushReport, FlushSummary, Spill, StateDir, StateError, run_flush_loop,
 };
-pub use heavy::{DecisionCounts, HEAVY_SAMPLE, HEAVY_SLOTS, display_key};
 pub use lineage::{Lineage, ReloadSummary};
-pub use status::{EngineStatus, KeyReport, RuleReport, StoreStatus};
-pub use synced::SMALL_LIMIT_SHARES;
-pub use telemetry::{
+pub use observe::detailed::{DETAILED_VALUE_BYTES, DETAILED_VALUES};
+pub use observe::heavy::{DecisionCounts, HEAVY_SAMPLE, HEAVY_SLOTS, display_key};
+pub use observe::status::{EngineStatus, KeyReport, RuleReport, StoreStatus};
+pub use observe::telemetry::{
     BuildInfo, DECISION_BUCKETS, FLUSH_BUCKETS, METRIC_FAMILIES, MetricFamily, MetricKind,
     describe_metrics,
 };
+pub use synced::SMALL_LIMIT_SHARES;
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

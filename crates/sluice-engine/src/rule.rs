@@ -6,20 +6,32 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use metrics::{counter, gauge};
-use sluice_config::ResolvedLimit;
+use sluice_config::{AlgorithmKind, Mode, ResolvedLimit};
 use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
 use sluice_store::{CounterKey, StoreError};
 use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
-use crate::exact::{Asked, ExactRule};
+use crate::exact::decisions::{Asked, ExactRule};
 use crate::flusher::{Flusher, count_store_error};
 use crate::health::StoreView;
 use crate::lineage::Lineage;
-use crate::local::LocalLimiter;
-use crate::sketch::OverflowSketch;
+use crate::local::limiter::LocalLimiter;
+use crate::local::sketch::OverflowSketch;
 use crate::synced::SyncedRule;
 use crate::verdict::Reason;
+
+/// The mode a rule runs in here: `synced` needs a shared store and a window algorithm.
+pub(crate) fn runs_as(r: &ResolvedLimit, options: &crate::EngineOptions) -> Mode {
+    let window_algorithm = matches!(
+        r.algorithm,
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow
+    );
+    match r.mode {
+        Mode::Synced if !options.shared_store || !window_algorithm => Mode::Local,
+        m => m,
+    }
+}
 
 /// A rule's limiter.
 pub(crate) enum RuleKind {
@@ -53,9 +65,9 @@ pub(crate) struct RuleEngine {
     pub flushed_span: AtomicU64,
     pub allowed: metrics::Counter,
     /// Decisions and heaviest keys, for the status page (kept across reloads).
-    pub stats: Arc<crate::heavy::RuleStats>,
+    pub stats: Arc<crate::observe::heavy::RuleStats>,
     /// Per-value counts (`detailed_metric: true`).
-    pub detailed: Option<Arc<crate::detailed::DetailedStats>>,
+    pub detailed: Option<Arc<crate::observe::detailed::DetailedStats>>,
     /// What the last reload did to the rule's counters.
     pub lineage: Lineage,
     /// `share_threshold`: entries whose value counts as their wildcard pattern.
@@ -84,7 +96,7 @@ pub(crate) fn carry(
     if new.algorithm != old.algorithm {
         return Lineage::StartedOver("algorithm changed");
     }
-    if crate::table::runs_as(new, options) != crate::table::runs_as(old, options) {
+    if runs_as(new, options) != runs_as(old, options) {
         return Lineage::StartedOver("mode changed");
     }
     match (kind, &*before.kind) {

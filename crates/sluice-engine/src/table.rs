@@ -11,10 +11,10 @@ use sluice_config::{AlgorithmKind, Domain, Limit, Mode, Policy, ResolvedLimit, R
 use sluice_core::Clock;
 
 use crate::EngineOptions;
-use crate::exact::ExactRule;
+use crate::exact::decisions::ExactRule;
 use crate::lineage::Lineage;
-use crate::local::LocalLimiter;
-use crate::rule::{RuleEngine, RuleKind};
+use crate::local::limiter::LocalLimiter;
+use crate::rule::{RuleEngine, RuleKind, runs_as};
 use crate::synced::{SyncedParams, SyncedRule};
 
 /// One domain: its matcher and its rules, in the domain's rule order.
@@ -111,18 +111,6 @@ impl RuleTable {
                 RuleKind::Synced(s) => s.decides_at_store(store),
                 _ => false,
             })
-    }
-}
-
-/// The mode a rule runs in here: `synced` needs a shared store and a window algorithm.
-pub(crate) fn runs_as(r: &ResolvedLimit, options: &EngineOptions) -> Mode {
-    let window_algorithm = matches!(
-        r.algorithm,
-        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow
-    );
-    match r.mode {
-        Mode::Synced if !options.shared_store || !window_algorithm => Mode::Local,
-        m => m,
     }
 }
 
@@ -224,7 +212,7 @@ fn rule_engine(
             sluice_config::Limit::Blocked(_) => 0,
             _ => settings
                 .as_ref()
-                .map_or(u64::MAX, crate::local::capacity_of),
+                .map_or(u64::MAX, crate::local::limiter::capacity_of),
         },
         policy,
         kind,
@@ -237,7 +225,10 @@ fn rule_engine(
         stats: before.map_or_else(Default::default, |r| Arc::clone(&r.stats)),
         detailed: rule.detailed_metric.then(|| {
             before.and_then(|r| r.detailed.clone()).unwrap_or_else(|| {
-                Arc::new(crate::detailed::DetailedStats::new(domain.name(), &rule.id))
+                Arc::new(crate::observe::detailed::DetailedStats::new(
+                    domain.name(),
+                    &rule.id,
+                ))
             })
         }),
         lineage,

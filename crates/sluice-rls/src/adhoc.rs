@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use sluice_core::{Clock, CoarseClock, Gcra, KeyedLimiter, Nanos, Rate};
 
-use crate::adhoc_arrivals::Arrivals;
-use crate::api::{AdhocLimit, WindowSpec};
+use crate::adhoc_arrivals::{AdhocLimiter, Arrivals};
 use crate::error::RequestError;
 
 /// Distinct ad-hoc limits (shapes) kept at once, each with its own keyed limiter; beyond it
@@ -30,7 +30,32 @@ const RECOUNT_EVERY: usize = 1024;
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 type Shape = (u64, u64, u64);
-pub(crate) type AdhocLimiter = KeyedLimiter<String, Gcra, CoarseClock>;
+
+/// A limit sent with the request: a token bucket of `requests` per `window`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AdhocLimit {
+    /// Tokens per window.
+    pub requests: u64,
+    /// Window: a duration such as `"1m"` or `"90s"`, or a number of seconds.
+    pub window: WindowSpec,
+    /// Bucket size (defaults to `requests`).
+    #[serde(default)]
+    pub burst: Option<u64>,
+    /// Only `token_bucket` is accepted (the default).
+    #[serde(default)]
+    pub algorithm: Option<String>,
+}
+
+/// A window as text (`"1m"`) or seconds (`60`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum WindowSpec {
+    /// Seconds.
+    Seconds(u64),
+    /// Text such as `90s`, `1m`, `1h30m`.
+    Text(String),
+}
 
 /// One ad-hoc limit: its shape and its keyed limiter.
 #[derive(Clone)]

@@ -3,7 +3,10 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use crate::adhoc::AdhocLimiter;
+use sluice_core::{CoarseClock, Gcra, KeyedLimiter};
+
+/// One ad-hoc shape's keyed limiter.
+pub(crate) type AdhocLimiter = KeyedLimiter<String, Gcra, CoarseClock>;
 
 /// Keys of one shape, oldest first. An entry can outlive its key (swept idle, or never stored
 /// because its first acquire could never fit); such entries are skipped when met and dropped

@@ -10,39 +10,12 @@ use serde::{Deserialize, Serialize};
 use sluice_core::{Algorithm, Decision};
 use sluice_engine::Outcome;
 
-use crate::adhoc::AdhocLimits;
-use crate::error::{RequestError, check_entries};
-use crate::json::parse_json;
+use crate::adhoc::{AdhocLimit, AdhocLimits};
+use crate::error::{RequestError, check_entries, parse_json};
 use crate::{SharedEngine, SharedOptions};
 
 const MAX_AMOUNT: u64 = sluice_core::MAX_COST;
 const MAX_BATCH: usize = 1000;
-
-/// A limit sent with the request: a token bucket of `requests` per `window`.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct AdhocLimit {
-    /// Tokens per window.
-    pub requests: u64,
-    /// Window: a duration such as `"1m"` or `"90s"`, or a number of seconds.
-    pub window: WindowSpec,
-    /// Bucket size (defaults to `requests`).
-    #[serde(default)]
-    pub burst: Option<u64>,
-    /// Only `token_bucket` is accepted (the default).
-    #[serde(default)]
-    pub algorithm: Option<String>,
-}
-
-/// A window as text (`"1m"`) or seconds (`60`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(untagged)]
-pub enum WindowSpec {
-    /// Seconds.
-    Seconds(u64),
-    /// Text such as `90s`, `1m`, `1h30m`.
-    Text(String),
-}
 
 /// One more descriptor for `/v1/acquire` and `/v1/refill`, in `/json`'s shape
 /// (`{"entries": [{"key": "item", "value": "reports"}]}`): decided with `[item, user]` in one

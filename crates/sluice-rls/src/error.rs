@@ -1,3 +1,4 @@
+use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sluice_engine::EngineError;
@@ -100,4 +101,9 @@ pub(crate) fn check_entries<'a>(
         }
     }
     Ok(())
+}
+
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, RequestError> {
+    serde_json::from_slice(body)
+        .map_err(|e| RequestError::invalid(format!("invalid JSON body: {e}")))
 }

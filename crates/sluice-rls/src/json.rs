@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::api::ApiState;
-use crate::error::RequestError;
+use crate::error::{RequestError, parse_json};
 use crate::grpc::decide;
 
 #[derive(Deserialize)]
@@ -43,11 +43,6 @@ struct JsonEntry {
     key: String,
     #[serde(default)]
     value: String,
-}
-
-pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, RequestError> {
-    serde_json::from_slice(body)
-        .map_err(|e| RequestError::invalid(format!("invalid JSON body: {e}")))
 }
 
 fn code_name(code: i32) -> &'static str {

@@ -21,9 +21,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use sluice_engine::Engine;
 
-pub use api::{
-    AcquireRequest, AcquireResponse, AdhocLimit, ApiDescriptor, ApiEntry, RefillRequest,
-};
+pub use adhoc::AdhocLimit;
+pub use api::{AcquireRequest, AcquireResponse, ApiDescriptor, ApiEntry, RefillRequest};
 pub use error::RequestError;
 pub use grpc::{RateLimitGrpc, grpc_service, grpc_service_shared};
 

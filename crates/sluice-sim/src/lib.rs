@@ -19,6 +19,7 @@
 
 pub mod classes;
 mod plot;
+mod policy;
 mod report;
 mod run;
 mod scenario;
@@ -26,7 +27,8 @@ mod tally;
 mod traffic;
 
 pub use plot::write_plots;
+pub use policy::POLICIES;
 pub use report::{EstimateSample, PolicyReport, Report};
-pub use run::{POLICIES, rule_file, run, run_with_progress};
+pub use run::{rule_file, run, run_with_progress};
 pub use scenario::{Latency, NodeSpec, RuleSpec, Scenario, ScenarioError, StoreSpec, Traffic};
 pub use traffic::{Request, requests};

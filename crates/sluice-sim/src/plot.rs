@@ -32,7 +32,7 @@ const COLORS: [RGBColor; 7] = [
 ];
 
 fn color(policy: &str) -> RGBColor {
-    let i = crate::run::ALL_POLICIES
+    let i = crate::policy::ALL_POLICIES
         .iter()
         .position(|p| *p == policy)
         .unwrap_or(0);

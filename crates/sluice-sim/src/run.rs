@@ -22,35 +22,11 @@ use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions, FlushReport};
 use sluice_store::MemoryStore;
 
+use crate::policy::POLICIES;
 use crate::report::{EstimateSample, PolicyReport, Report};
 use crate::scenario::Scenario;
 use crate::tally::{KeyCount, Tally};
 use crate::traffic::{Arrival, Generated, Rng, generate};
-
-/// The policies a scenario runs when it names none, in report order. Each is a rule's mode
-/// and policy as `sluice.yaml` spells them, except `split`: `mode: local` with the limit
-/// divided among the nodes (limit / `nodes.expected`), the static split one would configure
-/// without a shared store.
-pub const POLICIES: [&str; 5] = [
-    "reactive",
-    "predictive",
-    "predictive_sliding",
-    "exact",
-    "split",
-];
-
-/// Every policy a scenario may name: [`POLICIES`], `predictive_share` (`predictive` with
-/// `small_limits: share`: a limit too small to share is still shared, never decided at the
-/// store) and `local` (`mode: local` as written: every node allows the whole limit).
-pub const ALL_POLICIES: [&str; 7] = [
-    "reactive",
-    "predictive",
-    "predictive_sliding",
-    "predictive_share",
-    "exact",
-    "split",
-    "local",
-];
 
 const NS: u64 = 1_000_000_000;
 /// How often an in-flight flush is polled, simulated nanoseconds.

@@ -24,8 +24,8 @@ pub use record::FlushSummary;
 pub use schedule::{EARLY_SYNC_DELAY, run_flush_loop};
 pub use spill::{Spill, StateDir, StateError};
 
-use crate::breaker::{Breaker, BreakerState};
-use crate::exact::StoreCalls;
+use crate::exact::breaker::{Breaker, BreakerState};
+use crate::exact::decisions::StoreCalls;
 use crate::health::{HealthCell, StoreHealth, StoreView};
 use crate::rule::{RuleEngine, RuleKind};
 use crate::synced::{PendingFlush, SyncedRule};

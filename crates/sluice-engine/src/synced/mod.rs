@@ -38,7 +38,7 @@ pub(crate) use params::SyncedParams;
 use shared::Shared;
 pub use small::SMALL_LIMIT_SHARES;
 
-use crate::exact::StoreDecisions;
+use crate::exact::decisions::StoreDecisions;
 use crate::health::{StoreHealth, StoreView};
 use crate::verdict::Reason;
 

@@ -20,7 +20,7 @@ use sluice_store::ExactAlgorithm;
 
 use super::params::SyncedParams;
 use super::recent::RecentKeys;
-use crate::exact::StoreDecisions;
+use crate::exact::decisions::StoreDecisions;
 use crate::health::StoreView;
 
 /// A rule's limit is small when it is under this many requests per instance and span.

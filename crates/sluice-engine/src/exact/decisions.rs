@@ -11,7 +11,7 @@ use sluice_config::{AlgorithmKind, OnStoreError, ResolvedLimit};
 use sluice_core::{Clock, Decision, FixedWindow, KeyedLimiter, Nanos, Rate};
 use sluice_store::{CounterStore, ExactAlgorithm, ExactRequest, StoreError};
 
-use crate::breaker::{Admission, Breaker};
+use crate::exact::breaker::{Admission, Breaker};
 use crate::verdict::Reason;
 
 /// What an exact-mode request calls the store with: the store, its breaker, the time budget

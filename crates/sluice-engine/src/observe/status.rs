@@ -7,7 +7,7 @@ use sluice_core::Decision;
 
 use crate::engine::Engine;
 use crate::flusher::FlushSummary;
-use crate::heavy::{DecisionCounts, display_key};
+use crate::observe::heavy::{DecisionCounts, display_key};
 use crate::rule::{RuleEngine, RuleKind};
 
 /// One instance's state.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ecow::EcoString;
 use parking_lot::Mutex;
 
-use crate::heavy::display_key;
+use crate::observe::heavy::display_key;
 
 /// Values of one rule with series of their own.
 pub const DETAILED_VALUES: usize = 100;
