@@ -18,6 +18,9 @@ use crate::verdict::Reason;
 
 mod absorb;
 mod drain;
+mod room;
+
+use room::Refusal;
 
 pub(super) fn sat32(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
@@ -407,45 +410,6 @@ impl KeyState {
         )
     }
 
-    /// When a read of the store is worth it before refusing `cost` more: when only what this
-    /// instance assumes of the others leaves no room. That is the instances not listed yet
-    /// (taken to count what this one does, while they may not count the key at all: a client
-    /// pinned here; a read settles them only a quarter span after the boundary, once its
-    /// flushes have landed), or, when it has not heard of the key for a span, the others'
-    /// demand since (an instance whose demand fell sends nothing to say so: a client quiet
-    /// between bursts; not for a spent budget, which a burst on every instance spends at once:
-    /// read again, each would take a new budget from a room the others' bursts already
-    /// fill). Not for a limit too small to share among the fleet: each instance's cold share
-    /// is a large part of it.
-    fn worth_a_read(
-        &self,
-        p: &SyncedParams,
-        shared: Option<&Shared>,
-        (window_start, now): (Nanos, Nanos),
-        (cost, phantoms, refusal): (u64, u64, &Refusal),
-        store: StoreView,
-    ) -> Option<Nanos> {
-        if !store.health.answering() || !p.shareable(store.fleet.max(p.expected_instances)) {
-            return None;
-        }
-        let fits = |count: f64| count + cost as f64 <= p.limit as f64;
-        let unheard = shared.is_some_and(|x| now.saturating_sub(x.heard_at) >= p.span_ns);
-        if unheard && matches!(refusal, Refusal::Limit) && fits(self.read(shared)) {
-            return Some(now);
-        }
-        let without_unlisted =
-            model::estimate(p, self, shared, window_start, now, (store.health, 0));
-        (phantoms > 0 && fits(without_unlisted))
-            .then(|| now.max(p.span_of(now).saturating_mul(p.span_ns) + p.settle_margin()))
-    }
-
-    /// The window's count as this instance read it: its own, and the others' as their
-    /// entries and the last total read them (nothing extrapolated).
-    fn read(&self, shared: Option<&Shared>) -> f64 {
-        let listed: f64 = shared.map_or(0.0, |x| x.others.iter().map(|o| f64::from(o.count)).sum());
-        (f64::from(self.local) + listed).max(f64::from(self.local) + f64::from(self.others_read))
-    }
-
     /// Whether a penalty rule's limit is certainly exceeded by a refused request of `cost`:
     /// admitted here, the others' last read count and the demand refused here since the last
     /// flush (hits offered less those admitted; `cost` is among them) are more than the limit.
@@ -466,59 +430,6 @@ impl KeyState {
             && !self.has(KeyFlags::SEEN_ENTRIES)
             && parties > 1
             && !model::fits_share(p, parties, self.span_count.into(), self.local.into(), 1)
-    }
-
-    /// Whether the policy has room for `cost` more: predictive, the estimate of the global
-    /// count (and, for a shared key, this instance's budget); reactive, its own count scaled by
-    /// the node estimate. Returns the count the room was judged against.
-    fn room_for(
-        &self,
-        p: &SyncedParams,
-        mut shared: Option<&mut Shared>,
-        window_start: Nanos,
-        now: Nanos,
-        cost: u64,
-        store: StoreView,
-    ) -> Result<u64, Refusal> {
-        let local = u64::from(self.local);
-        if !p.predictive() {
-            let nodes = model::node_estimate(self);
-            if (local + cost).saturating_mul(nodes) > p.limit {
-                return Err(Refusal::Limit);
-            }
-            return Ok((local + u64::from(self.others_read)).max(local * nodes));
-        }
-        let phantoms = model::phantoms(p, self, shared.as_deref(), now, store.fleet);
-        let estimate = model::estimate(
-            p,
-            self,
-            shared.as_deref(),
-            window_start,
-            now,
-            (store.health, phantoms),
-        );
-        let refusal = if estimate + cost as f64 > p.limit as f64 {
-            Some(Refusal::Limit)
-        } else if self.has(KeyFlags::SEEN_ENTRIES)
-            && let Some(shared) = shared.as_deref_mut()
-            && !self.within_budget(p, shared, window_start, now, cost, (phantoms, store.fleet))
-        {
-            Some(Refusal::Budget)
-        } else {
-            None
-        };
-        if let Some(refusal) = refusal {
-            return Err(self
-                .worth_a_read(
-                    p,
-                    shared.as_deref(),
-                    (window_start, now),
-                    (cost, phantoms, &refusal),
-                    store,
-                )
-                .map_or(refusal, |from| Refusal::Unread { from }));
-        }
-        Ok(estimate.ceil() as u64)
     }
 
     /// Whether the key must keep to a fallback share it is over: the seed's fallback (and
@@ -549,47 +460,6 @@ impl KeyState {
             .then_some(FallbackDenial::StoreDown)
     }
 
-    /// Predictive, shared: whether `cost` more stays within this instance's budget (set now
-    /// if the window has none yet: a new window before this instance's first reply in it).
-    fn within_budget(
-        &self,
-        p: &SyncedParams,
-        shared: &mut Shared,
-        window_start: Nanos,
-        now: Nanos,
-        cost: u64,
-        (phantoms, fleet): (u64, u64),
-    ) -> bool {
-        // A budget lasts until the next reply, due at the next span boundary; a key with
-        // nothing to flush there got none, and the budget set for an earlier span would be
-        // spent on a later one's demand (a burst after a quiet span): set it again.
-        let budget = match shared.budget() {
-            Some(budget) if p.span_of(budget.at) == p.span_of(now) => budget,
-            _ => {
-                let budget = model::budget(
-                    p,
-                    self,
-                    shared,
-                    (window_start, now),
-                    (phantoms, fleet),
-                    // A key whose sharing is not settled yet (a new key: phantoms) splits by
-                    // its demand, the phantoms' taken as its own, as at its replies; so does a
-                    // limit too small to share (`small_limits: share`), where the requests the
-                    // others admitted since their last flush are a large part of the room.
-                    if phantoms == 0 && p.shareable(fleet.max(p.expected_instances)) {
-                        model::Split::Even
-                    } else {
-                        model::Split::ByDemand
-                    },
-                );
-                shared.set_budget(budget);
-                budget
-            }
-        };
-        let since = self.local.saturating_sub(budget.local_at);
-        u64::from(since) + cost <= model::budget_now(p, self, &budget, window_start, now)
-    }
-
     /// Whether the key is blocked at `now` (`window`: its window then).
     pub(crate) fn blocked_at(&self, p: &SyncedParams, window: u64, now: Nanos) -> bool {
         self.blocked_until(p, p.window_start(window)) > now
@@ -599,17 +469,6 @@ impl KeyState {
 /// How long a request denied while an early sync is on its way is told to wait: the sync is
 /// coalesced for a few milliseconds and takes one round trip to the store.
 const EARLY_SYNC_RETRY_NS: u64 = 25_000_000;
-
-/// Why the policy refused a request.
-enum Refusal {
-    /// The estimate of the global count has no room for it (or, reactive, the scaled count).
-    Limit,
-    /// This instance's budget until its next reply is spent.
-    Budget,
-    /// Only what this instance assumes of the others and has not read leaves no room (see
-    /// `room_for`): reading the store tells, from `from` on.
-    Unread { from: Nanos },
-}
 
 /// Why a fallback share denied a request.
 enum FallbackDenial {
