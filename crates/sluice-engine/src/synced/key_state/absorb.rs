@@ -100,6 +100,14 @@ impl KeyState {
             .map(|e| e.count)
             .sum();
         let unlisted = outcome.total.saturating_sub(own.saturating_add(listed));
+        // Whether another instance flushed at the last span boundary, as this instance last
+        // heard: it flushes at this one too, and a reply that only shows the others as one
+        // group cannot tell whether that flush has landed yet.
+        let flushed_last_span = shared.as_ref().is_some_and(|x| {
+            x.live_others(p, now)
+                .any(|o| flushed_in_last_span(p, o, now))
+        });
+        let had_group = unlisted > 0 && p.predictive();
         let unlisted = (unlisted > 0 && p.predictive()).then(|| {
             let demand = unlisted_demand(p, shared.as_ref(), outcome, unlisted, window_start, now);
             Other::unlisted_group(sat32(unlisted), now, demand)
@@ -172,7 +180,8 @@ impl KeyState {
             && let Some(x) = shared
         {
             let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
-            let budget = model::budget(
+            let previous = x.budget();
+            let mut budget = model::budget(
                 p,
                 self,
                 x,
@@ -180,8 +189,20 @@ impl KeyState {
                 (phantoms, store.fleet),
                 model::Split::ByDemand,
             );
+            let listed_behind = !early && self.listed_behind(p, x, now);
+            let capped = if listed_behind || (!early && had_group && flushed_last_span) {
+                previous.map_or(0, |b| self.unflushed_by_others(b, budget))
+            } else {
+                0
+            }
+            .min(budget.amount);
+            budget.amount = budget.amount.saturating_sub(capped);
             x.set_budget(budget);
-            if !early && self.read_ahead_of_others(p, x, budget, now) {
+            let span_left = (p.span_of(now) + 1)
+                .saturating_mul(p.span_ns)
+                .saturating_sub(now);
+            let short = f64::from(budget.amount) < self.demand.hits_in(span_left);
+            if !early && (capped > 0 || (listed_behind && short)) {
                 if p.span_of(now) as u16 != self.span {
                     // No check in this span yet: the early sync asked in the last one is
                     // not this span's. The span starts here (a check must not start it again
@@ -196,27 +217,44 @@ impl KeyState {
         }
     }
 
-    /// Whether a reply to a span-boundary flush came before the others' flushes of the same
-    /// boundary, while the budget it set will not last the span: instances flush at the same
-    /// boundaries, and the first to land reads the others as they were a span ago, taking
-    /// their counts since from their demand. An early sync moments later reads them as they
-    /// are (measured in the simulator: the warm windows of three instances at 2.4x the limit
-    /// with 3 spans went from up to 2.7% over to ...).
-    fn read_ahead_of_others(
-        &self,
-        p: &SyncedParams,
-        shared: &Shared,
-        budget: Budget,
-        now: Nanos,
-    ) -> bool {
-        let span_start = p.span_of(now).saturating_mul(p.span_ns);
-        // Others that flushed at the last boundary flush at this one too, any moment now.
-        let last_boundary = span_start.saturating_sub(p.span_ns);
-        let behind = shared
+    /// What a budget set at this reply leaves out of the room it read, when the reply may
+    /// lack the others' latest counts (an early sync's, or a boundary's that came before the
+    /// others' flushes of it) and this instance spent its last budget: the others may have
+    /// spent theirs too since their last flush, which their demand rates do not tell when
+    /// the traffic is a burst on every instance at once. Their budgets were the rest of the
+    /// room this one's was a share of; this one's share of them is left out until a read
+    /// shows their counts (at a boundary: the early sync this asks for, moments later).
+    /// Measured in the simulator (`mix/surge.yaml`, a burst a window on five instances after
+    /// a trickle): warm windows at 304-315 of 300 before, 297-303 after; the first reply
+    /// after the burst read 18 for the others, who had admitted some 190 since, and set a
+    /// budget of 182 of an empty room.
+    fn unflushed_by_others(&self, previous: Budget, budget: Budget) -> u32 {
+        let spent = self.local.saturating_sub(previous.local_at) >= previous.amount;
+        if !spent || previous.amount == 0 || previous.share <= 0.0 {
+            return 0;
+        }
+        let share = f64::from(previous.share).max(0.01);
+        let others = f64::from(previous.amount) * (1.0 - share) / share;
+        (others * f64::from(budget.share))
+            .ceil()
+            .min(f64::from(u32::MAX)) as u32
+    }
+
+    /// Whether a reply to a span-boundary flush may have come before the others' flushes of
+    /// the same boundary: instances flush at the same boundaries, and the first to land reads
+    /// the others as they were a span ago, taking their counts since from their demand. An
+    /// early sync moments later reads them as they are (measured in the simulator: the warm
+    /// windows of three instances at 2.4x the limit with 3 spans went from up to 2.7% over to
+    /// ...), when the budget set now will not last the span or leaves out what the others may
+    /// have spent ([`KeyState::unflushed_by_others`]). A reply that shows the others as one
+    /// unlisted group, one of whom flushed at the last boundary, may have come before them
+    /// too; it reads again only for what they may have spent (a group's demand is the
+    /// group's, and an early sync asked for a short budget would take the span's one read a
+    /// key quiet since needs: a client moving to another instance).
+    fn listed_behind(&self, p: &SyncedParams, shared: &Shared, now: Nanos) -> bool {
+        shared
             .live_others(p, now)
-            .any(|o| !o.unlisted() && (last_boundary..span_start).contains(&o.at));
-        let span_left = (span_start + p.span_ns).saturating_sub(now);
-        behind && f64::from(budget.amount) < self.demand.hits_in(span_left)
+            .any(|o| !o.unlisted() && flushed_in_last_span(p, o, now))
     }
 
     /// Whether a reply with entries settles whether the key is shared. With a fleet of
@@ -266,4 +304,11 @@ impl KeyState {
         self.activity.insert(Activity::BOUNDARY_REPLY);
         second
     }
+}
+
+/// Whether `other` was last heard of in the span before `now`'s: it flushed at the last
+/// boundary.
+fn flushed_in_last_span(p: &SyncedParams, other: &Other, now: Nanos) -> bool {
+    let span_start = p.span_of(now).saturating_mul(p.span_ns);
+    (span_start.saturating_sub(p.span_ns)..span_start).contains(&other.at)
 }
