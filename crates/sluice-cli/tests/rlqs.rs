@@ -1,0 +1,231 @@
+//! RLQS on `sluice serve`: real Envoys (1.40, the `rate_limit_quota` filter) in front of a
+//! plain upstream, getting their assignments from Sluice (the user's traffic over the limit is
+//! held to it, and Sluice gets no call per request), and streams ended cleanly on SIGTERM.
+
+mod common;
+#[path = "common/envoy.rs"]
+mod envoy;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{Serve, http_call, upstream};
+use envoy::get;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use sluice_testkit::{free_port, wait_until};
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
+
+/// Envoy with the `rate_limit_quota` filter: requests with `x-user-id` go to the bucket
+/// `{user: <its value>}` of domain `edge`; before the first assignment and after one expires,
+/// requests are let through (a Sluice that is down does not take the site down).
+pub fn rlqs_envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
+    format!(
+        r#"
+admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+    - name: ingress
+      address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+                stat_prefix: ingress
+                # A 429 answers at once (Envoy waits 1 s by default before closing after a
+                # local reply with `Connection: close`).
+                delayed_close_timeout: 0s
+                route_config:
+                  virtual_hosts:
+                    - name: all
+                      domains: ["*"]
+                      routes:
+                        - match: {{ prefix: "/" }}
+                          route: {{ cluster: upstream }}
+                http_filters:
+                  - name: envoy.filters.http.rate_limit_quota
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+                      domain: edge
+                      rlqs_server: {{ envoy_grpc: {{ cluster_name: sluice }} }}
+                      bucket_matchers:
+                        matcher_list:
+                          matchers:
+                            - predicate:
+                                single_predicate:
+                                  input:
+                                    name: user
+                                    typed_config:
+                                      "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                      header_name: x-user-id
+                                  value_match: {{ safe_regex: {{ google_re2: {{}}, regex: ".+" }} }}
+                              on_match:
+                                action:
+                                  name: rate_limit_quota
+                                  typed_config:
+                                    "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                                    bucket_id_builder:
+                                      bucket_id_builder:
+                                        user:
+                                          custom_value:
+                                            name: user
+                                            typed_config:
+                                              "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                              header_name: x-user-id
+                                    reporting_interval: 5s
+                                    no_assignment_behavior:
+                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
+                                    expired_assignment_behavior:
+                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+    - name: upstream
+      type: STATIC
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: upstream
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
+    - name: sluice
+      type: STATIC
+      connect_timeout: 0.25s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config: {{ http2_protocol_options: {{}} }}
+      load_assignment:
+        cluster_name: sluice
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {sluice_grpc} }} }} }}
+"#
+    )
+}
+
+/// A counter of Sluice's `/metrics` (0 when absent).
+fn metric(sluice: &Serve, series: &str) -> f64 {
+    let (_, text) = http_call(sluice.admin, "GET", "/metrics", "");
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn start_envoy(dir: &Path, sluice: &Serve, upstream: u16) -> (envoy::Envoy, u16, u16) {
+    let (listen, admin) = (free_port(), free_port());
+    let config = dir.join(format!("envoy-{listen}.yaml"));
+    std::fs::write(
+        &config,
+        rlqs_envoy_config(listen, admin, upstream, sluice.grpc),
+    )
+    .unwrap();
+    let log_path = dir.join(format!("envoy-{listen}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let envoy = envoy::start(&config, listen, Stdio::from(log));
+    assert!(
+        wait_until(Duration::from_secs(30), || get(admin, "/ready", "-").0
+            == 200),
+        "envoy did not become ready: {}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    (envoy, listen, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_enforces_sluice_assignments_with_no_call_per_request() {
+    let sluice = Serve::start("rlqs-envoy", "memory://", &[("edge.yaml", RULES)]);
+    let (upstream_port, upstream_hits) = upstream();
+    let (_envoy, listen, _admin) = start_envoy(sluice.dir(), &sluice, upstream_port);
+    // The first request goes through on no_assignment_behavior and makes Envoy report the
+    // new bucket at once; the assignment follows.
+    assert_eq!(get(listen, "/", "alice").0, 200);
+    assert!(
+        wait_until(Duration::from_secs(10), || metric(
+            &sluice,
+            "sluice_rlqs_assignments_total{strategy=\"token_bucket\"}"
+        ) >= 1.0),
+        "no token bucket assigned; sluice log: {}",
+        sluice.log_tail()
+    );
+    // 300 requests at once, far over the room of 5 s (60 a minute: 5 per 5 s).
+    let codes: Vec<u16> = (0..300).map(|_| get(listen, "/", "alice").0).collect();
+    let admitted = codes.iter().filter(|&&c| c == 200).count();
+    let denied = codes.iter().filter(|&&c| c == 429).count();
+    assert_eq!(admitted + denied, 300, "{codes:?}");
+    assert!((1..=6).contains(&admitted), "admitted {admitted}");
+    assert_eq!(upstream_hits.load(Ordering::Relaxed) as usize, admitted + 1);
+    // Another user has her own bucket.
+    assert_eq!(get(listen, "/", "bob").0, 200);
+    // No call per request: a report per new bucket and one per 5 s, no RLS call.
+    let reports = metric(&sluice, "sluice_rlqs_reports_total");
+    assert!(
+        (1.0..=3.0).contains(&reports),
+        "{reports} reports for 302 requests"
+    );
+    assert_eq!(
+        metric(
+            &sluice,
+            "sluice_requests_total{door=\"grpc\",result=\"ok\"}"
+        ),
+        0.0
+    );
+    // The next report counts what Envoy admitted in the counters every door shares.
+    let counted = || metric(&sluice, "sluice_rlqs_usage_total{result=\"counted\"}");
+    assert!(
+        wait_until(Duration::from_secs(12), || counted()
+            >= (admitted + 2) as f64),
+        "counted {} of {}",
+        counted(),
+        admitted + 2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_rlqs_streams_cleanly() {
+    let mut sluice = Serve::start("rlqs-term", "memory://", &[("edge.yaml", RULES)]);
+    let url = format!("http://127.0.0.1:{}", sluice.grpc);
+    let mut client = RateLimitQuotaServiceClient::connect(url).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut inbox = client
+        .stream_rate_limit_quotas(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let usage = BucketQuotaUsage {
+        bucket_id: Some(BucketId {
+            bucket: [("user".to_owned(), "alice".to_owned())].into(),
+        }),
+        num_requests_allowed: 1,
+        ..Default::default()
+    };
+    tx.send(RateLimitQuotaUsageReports {
+        domain: "edge".to_owned(),
+        bucket_quota_usages: vec![usage],
+    })
+    .await
+    .unwrap();
+    let first = inbox.message().await.unwrap().unwrap();
+    assert_eq!(first.bucket_action.len(), 1, "{first:?}");
+    // The stream is open (the sender is alive) when SIGTERM comes: it ends with status OK,
+    // and the process exits in time.
+    let (status, _sluice) = tokio::task::spawn_blocking(move || (sluice.terminate(), sluice))
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let end = tokio::time::timeout(Duration::from_secs(5), inbox.message())
+        .await
+        .expect("the stream ended");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    drop(tx);
+}
