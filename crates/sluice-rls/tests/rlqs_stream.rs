@@ -342,3 +342,37 @@ async fn the_stop_signal_ends_streams_cleanly() {
     let refused = open(s.addr).await.map(|_| ()).unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
 }
+
+#[tokio::test]
+async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
+    let s = server(RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let alice = bucket(&[("user", "alice")]);
+    tx.send(report("d", vec![usage(alice.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    let first = actions(&next(&mut inbox).await);
+    assert!(matches!(first[&name(&alice)].0, Some(Strategy::TokenBucket(_))));
+    // A reload without the `user` rule: the bucket is abandoned, then allowed for long.
+    let rules = sluice_config::RuleSet::new(vec![
+        sluice_config::parse_domain(
+            std::path::Path::new("rules.yaml"),
+            "domain: d\ndescriptors:\n  - key: path\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+        )
+        .unwrap(),
+    ])
+    .unwrap();
+    let reloaded = s.engine.load().reload(&rules, &Default::default());
+    s.engine.store(Arc::new(reloaded));
+    tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(actions(&next(&mut inbox).await)[&name(&alice)], (None, 0));
+    tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        actions(&next(&mut inbox).await)[&name(&alice)],
+        (Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32)), 3600)
+    );
+}
