@@ -352,7 +352,10 @@ async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
         .await
         .unwrap();
     let first = actions(&next(&mut inbox).await);
-    assert!(matches!(first[&name(&alice)].0, Some(Strategy::TokenBucket(_))));
+    assert!(matches!(
+        first[&name(&alice)].0,
+        Some(Strategy::TokenBucket(_))
+    ));
     // A reload without the `user` rule: the bucket is abandoned, then allowed for long.
     let rules = sluice_config::RuleSet::new(vec![
         sluice_config::parse_domain(
@@ -373,6 +376,9 @@ async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
         .unwrap();
     assert_eq!(
         actions(&next(&mut inbox).await)[&name(&alice)],
-        (Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32)), 3600)
+        (
+            Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32)),
+            3600
+        )
     );
 }

@@ -7,10 +7,12 @@
 //! every 5 s. So between two reports an Envoy admits at most `max_tokens + rate * 5 s`: the
 //! assignment is sized so that this never exceeds its allowance for those 5 s.
 //!
-//! The allowance paces the room left in the rule's window over the time left in it (the
-//! room spread evenly, so an Envoy admitted little early in a window gets more later); when
-//! the window ends within the horizon, the part after the boundary gets the next window's
-//! pace. Each Envoy gets its demand's share of it.
+//! The allowance spreads the room left in the rule's window over the reports still to come
+//! in it: a report's usage is counted when it arrives, so what Envoy admits until its next
+//! report counts in the window that report lands in. With `n` whole report intervals left in
+//! the window, each gets `remaining / n` (an Envoy that admitted little early in a window gets
+//! more later); in the last, partial interval, whose report lands in the next window, the
+//! allowance is the next window's pace. Each Envoy gets its demand's share of it.
 
 use std::time::Duration;
 
@@ -95,18 +97,18 @@ impl Assignment {
     }
 }
 
-/// What all the Envoys of a bucket may admit over the next `horizon` under `room`.
+/// What all the Envoys of a bucket may admit over the next `horizon` (one report interval)
+/// under `room`.
 pub fn allowance(room: Room, horizon: Duration) -> f64 {
     let (t, h) = (room.reset_after.as_secs_f64(), horizon.as_secs_f64());
-    let remaining = room.remaining as f64;
-    if t >= h {
-        return remaining * h / t;
+    let intervals_left = if h > 0.0 { (t / h).floor() } else { 0.0 };
+    if intervals_left >= 1.0 {
+        return room.remaining as f64 / intervals_left;
     }
-    let pace = match room.window.as_secs_f64() {
-        w if w > 0.0 => room.limit as f64 / w,
+    match room.window.as_secs_f64() {
+        w if w > 0.0 => room.limit as f64 * (h / w).min(1.0),
         _ => 0.0,
-    };
-    remaining + pace * (h - t)
+    }
 }
 
 /// The assignment of an Envoy whose demand is `share` (0..=1) of the bucket's, under `room`
@@ -165,17 +167,39 @@ mod tests {
     }
 
     #[test]
-    fn the_room_is_paced_over_the_rest_of_the_window() {
+    fn the_room_is_spread_over_the_reports_left_in_the_window() {
         // 100 a 20 s window, all left: a quarter of it per 5 s report interval.
         assert_eq!(allowance(room(100, 20, 100, 20), REPORT_EVERY), 25.0);
-        // 30 left with 10 s to go: 15 per interval.
-        assert_eq!(allowance(room(30, 10, 100, 20), REPORT_EVERY), 15.0);
+        // 30 left with 14 s to go: two more reports land in this window, 15 each.
+        assert_eq!(allowance(room(30, 14, 100, 20), REPORT_EVERY), 15.0);
     }
 
     #[test]
-    fn a_window_ending_within_the_horizon_adds_the_next_windows_pace() {
-        // 2 s left with nothing: 3 s of the next window at 5/s.
-        assert_eq!(allowance(room(0, 2, 100, 20), REPORT_EVERY), 15.0);
+    fn a_steady_demand_over_the_limit_is_admitted_the_limit_per_window() {
+        // Reports 1 s after each 5 s mark of a 20 s window, every allowance used; the last
+        // interval's usage lands in the next window.
+        let mut carried = 25.0;
+        for _ in 0..10 {
+            let mut remaining = 100.0 - carried;
+            let mut admitted = 0.0;
+            for reset in [19, 14, 9, 4] {
+                let r = room(remaining as u64, reset, 100, 20);
+                let a = allowance(r, REPORT_EVERY).floor();
+                admitted += a;
+                if reset >= 5 {
+                    remaining -= a;
+                } else {
+                    carried = a;
+                }
+            }
+            assert!((95.0..=100.0).contains(&admitted), "{admitted}");
+        }
+    }
+
+    #[test]
+    fn the_last_partial_interval_gets_the_next_windows_pace() {
+        // 2 s left with nothing: its report lands in the next window, at 5/s.
+        assert_eq!(allowance(room(0, 2, 100, 20), REPORT_EVERY), 25.0);
         assert!(matches!(
             assign(Some(room(0, 2, 100, 20)), 1.0),
             Assignment::TokenBucket { .. }

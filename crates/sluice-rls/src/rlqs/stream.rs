@@ -154,6 +154,11 @@ impl QuotaStream {
                 assign(Some(room), share / fleet)
             }
         };
+        tracing::debug!(
+            stream = self.id, domain, bucket = ?key.entries(), allowed,
+            denied = usage.num_requests_denied, room = ?recorded.room, ?assignment,
+            "rlqs assignment"
+        );
         let previous = self.buckets.insert(key.clone(), assignment);
         let abandon =
             recorded.room.is_none() && previous.is_some_and(|p| p != Assignment::AllowAll);
