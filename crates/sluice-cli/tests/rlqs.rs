@@ -25,20 +25,11 @@ const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: 
 /// `{user: <its value>}` of domain `edge`; before the first assignment and after one expires,
 /// requests are let through (a Sluice that is down does not take the site down).
 pub fn rlqs_envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
+    let head = envoy::head(listen, admin);
+    let clusters = envoy::clusters(upstream, sluice_grpc);
     format!(
         r#"
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-static_resources:
-  listeners:
-    - name: ingress
-      address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: ingress
+{head}                stat_prefix: ingress
                 # A 429 answers at once (Envoy waits 1 s by default before closing after a
                 # local reply with `Connection: close`).
                 delayed_close_timeout: 0s
@@ -87,28 +78,7 @@ static_resources:
                   - name: envoy.filters.http.router
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-    - name: upstream
-      type: STATIC
-      connect_timeout: 1s
-      load_assignment:
-        cluster_name: upstream
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
-    - name: sluice
-      type: STATIC
-      connect_timeout: 0.25s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config: {{ http2_protocol_options: {{}} }}
-      load_assignment:
-        cluster_name: sluice
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {sluice_grpc} }} }} }}
-"#
+{clusters}"#
     )
 }
 

@@ -127,7 +127,7 @@ fn actions(response: &RateLimitQuotaResponse) -> HashMap<String, (Option<Strateg
         .iter()
         .map(|a| {
             let id = name(a.bucket_id.as_ref().unwrap());
-            match a.bucket_action.clone().unwrap() {
+            match a.bucket_action.unwrap() {
                 Action::QuotaAssignmentAction(q) => (
                     id,
                     (

@@ -72,3 +72,51 @@ pub fn start(config: &Path, listen: u16, log: Stdio) -> Envoy {
             .expect("start envoy"),
     )
 }
+
+/// The `clusters:` of a test Envoy's `static_resources`: `upstream` (HTTP/1.1) and `sluice`
+/// (its gRPC listener, HTTP/2).
+pub fn clusters(upstream: u16, sluice_grpc: u16) -> String {
+    format!(
+        r#"  clusters:
+    - name: upstream
+      type: STATIC
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: upstream
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
+    - name: sluice
+      type: STATIC
+      connect_timeout: 0.25s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config: {{ http2_protocol_options: {{}} }}
+      load_assignment:
+        cluster_name: sluice
+        endpoints:
+          - lb_endpoints:
+              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {sluice_grpc} }} }} }}
+"#
+    )
+}
+
+/// A test Envoy's config up to its HTTP connection manager's `typed_config` type: the admin
+/// listener on `admin`, the `ingress` listener on `listen`.
+pub fn head(listen: u16, admin: u16) -> String {
+    format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:
+    - name: ingress
+      address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+"#
+    )
+}
