@@ -150,6 +150,7 @@ pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> an
         max_connections,
         limits: config.listeners.clone(),
         doors,
+        rlqs: rlqs_limits(&config.rlqs),
         stop: stop_rx,
     };
     let http = front.api(sockets.http, &access);
@@ -306,7 +307,19 @@ struct FrontDoors {
     /// Each API listener's connection cap (`connection_budget`).
     max_connections: usize,
     doors: Doors,
+    /// The bounds of RLQS streams (`rlqs:`).
+    rlqs: sluice_rls::rlqs::RlqsLimits,
     stop: watch::Receiver<bool>,
+}
+
+/// `rlqs:` as the RLQS service's bounds (the others at their defaults).
+fn rlqs_limits(settings: &sluice_config::RlqsSettings) -> sluice_rls::rlqs::RlqsLimits {
+    sluice_rls::rlqs::RlqsLimits {
+        max_streams_per_peer: settings.max_streams_per_peer,
+        max_buckets_per_stream: settings.max_buckets_per_stream,
+        usages_per_second: settings.usages_per_second,
+        ..sluice_rls::rlqs::RlqsLimits::default()
+    }
 }
 
 impl FrontDoors {
@@ -385,7 +398,7 @@ impl FrontDoors {
         let rlqs = sluice_rls::rlqs::rlqs_service(
             self.engine.clone(),
             self.rls_options.clone(),
-            sluice_rls::rlqs::RlqsLimits::default(),
+            self.rlqs.clone(),
             self.stop.clone(),
         );
         let stop = stopped(self.stop.clone());
