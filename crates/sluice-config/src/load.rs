@@ -31,6 +31,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             adhoc_max_keys: crate::service::DEFAULT_ADHOC_MAX_KEYS,
             headers: HeaderStyle::Ietf,
             rls_response_headers: false,
+            rlqs: crate::RlqsSettings::default(),
             gateways: Vec::new(),
             expected_instances: 1,
             max_keys_per_rule: crate::service::DEFAULT_MAX_KEYS_PER_RULE,

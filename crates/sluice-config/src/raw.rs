@@ -77,6 +77,8 @@ pub(crate) struct RawServiceFile {
     pub api: RawApi,
     #[serde(default)]
     pub rls: RawRls,
+    #[serde(default)]
+    pub rlqs: RawRlqs,
     pub headers: Option<Spanned<String>>,
     pub expected_instances: Option<Spanned<i64>>,
     pub max_keys_per_rule: Option<Spanned<i64>>,
@@ -157,6 +159,14 @@ pub(crate) struct RawApi {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRls {
     pub response_headers: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRlqs {
+    pub max_streams_per_peer: Option<Spanned<i64>>,
+    pub max_buckets_per_stream: Option<Spanned<i64>>,
+    pub usages_per_second: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

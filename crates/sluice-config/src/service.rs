@@ -67,6 +67,8 @@ pub struct ServiceConfig {
     /// `response_headers_to_add` (`rls.response_headers`, default `false`, as Envoy's ratelimit
     /// service without `LIMIT_RESPONSE_HEADERS_ENABLED`).
     pub rls_response_headers: bool,
+    /// The bounds of RLQS streams (`rlqs:`).
+    pub rlqs: crate::RlqsSettings,
     /// Gateways.
     pub gateways: Vec<Gateway>,
     /// The most instances the deployment runs (`expected_instances`, default 1): the `N` of
@@ -176,6 +178,7 @@ impl ServiceConfig {
             adhoc_max_keys,
             headers,
             rls_response_headers: raw.rls.response_headers.unwrap_or(false),
+            rlqs: crate::rlqs::parse_rlqs(&raw.rlqs).map_err(err)?,
             gateways,
             expected_instances,
             max_keys_per_rule,

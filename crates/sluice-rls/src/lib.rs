@@ -6,7 +6,10 @@
 //! - Envoy ratelimit's `/json` endpoint and an HTTP/JSON API for applications:
 //!   `POST /v1/acquire`, `POST /v1/refill`, `POST /v1/acquire/batch` ([`http_router`]).
 //!
-//! Both read the engine through a [`SharedEngine`], which `sluice serve` swaps on reload.
+//! - Envoy's Rate Limit Quota Service (`envoy.service.rate_limit_quota.v3`), whose streams
+//!   carry usage reports and quota assignments, with no call per request ([`rlqs`]).
+//!
+//! All read the engine through a [`SharedEngine`], which `sluice serve` swaps on reload.
 
 mod adhoc;
 mod adhoc_arrivals;
@@ -15,6 +18,7 @@ mod error;
 mod grpc;
 mod json;
 mod metadata;
+pub mod rlqs;
 
 use std::sync::Arc;
 

@@ -76,6 +76,7 @@ pub(crate) fn changes(running: &ServiceConfig, new: &ServiceConfig) -> Changes {
         "state_dir",
     );
     restart(running.listeners != new.listeners, "listeners");
+    restart(running.rlqs != new.rlqs, "rlqs");
     restart(running.access != new.access, "access");
     restart(running.geoip != new.geoip, "geoip");
     let listens = |gs: &[Gateway]| gs.iter().map(|g| g.listen).collect::<Vec<SocketAddr>>();

@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::access::Token;
 use crate::admin::{admin_router, with_token};
@@ -149,6 +150,7 @@ pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> an
         max_connections,
         limits: config.listeners.clone(),
         doors,
+        rlqs: rlqs_limits(&config.rlqs),
         stop: stop_rx,
     };
     let http = front.api(sockets.http, &access);
@@ -305,7 +307,19 @@ struct FrontDoors {
     /// Each API listener's connection cap (`connection_budget`).
     max_connections: usize,
     doors: Doors,
+    /// The bounds of RLQS streams (`rlqs:`).
+    rlqs: sluice_rls::rlqs::RlqsLimits,
     stop: watch::Receiver<bool>,
+}
+
+/// `rlqs:` as the RLQS service's bounds (the others at their defaults).
+fn rlqs_limits(settings: &sluice_config::RlqsSettings) -> sluice_rls::rlqs::RlqsLimits {
+    sluice_rls::rlqs::RlqsLimits {
+        max_streams_per_peer: settings.max_streams_per_peer,
+        max_buckets_per_stream: settings.max_buckets_per_stream,
+        usages_per_second: settings.usages_per_second,
+        ..sluice_rls::rlqs::RlqsLimits::default()
+    }
 }
 
 impl FrontDoors {
@@ -364,7 +378,7 @@ impl FrontDoors {
         )
     }
 
-    /// Envoy's RLS over gRPC, behind the API token when set.
+    /// Envoy's RLS and RLQS over gRPC, behind the API token when set.
     fn grpc(&self, listener: TcpListener, access: &Access) -> GrpcServing {
         let limits = &self.limits;
         let mut builder = tonic::transport::Server::builder()
@@ -381,19 +395,27 @@ impl FrontDoors {
         );
         let service =
             sluice_rls::grpc_service_shared(self.engine.clone(), self.rls_options.clone());
+        let rlqs = sluice_rls::rlqs::rlqs_service(
+            self.engine.clone(),
+            self.rls_options.clone(),
+            self.rlqs.clone(),
+            self.stop.clone(),
+        );
         let stop = stopped(self.stop.clone());
         match access.api_token.clone() {
-            Some(token) => Box::pin(
-                builder
-                    .add_service(tonic::service::interceptor::InterceptedService::new(
-                        service,
-                        crate::access::grpc_interceptor(token),
-                    ))
-                    .serve_with_incoming_shutdown(incoming, stop),
-            ),
+            Some(token) => {
+                let guard = crate::access::grpc_interceptor(token);
+                Box::pin(
+                    builder
+                        .add_service(InterceptedService::new(service, guard.clone()))
+                        .add_service(InterceptedService::new(rlqs, guard))
+                        .serve_with_incoming_shutdown(incoming, stop),
+                )
+            }
             None => Box::pin(
                 builder
                     .add_service(service)
+                    .add_service(rlqs)
                     .serve_with_incoming_shutdown(incoming, stop),
             ),
         }

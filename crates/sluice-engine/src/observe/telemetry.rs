@@ -287,6 +287,30 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         PLAIN,
     ),
     family(
+        "sluice_rlqs_assignments_total",
+        Counter,
+        "Assignments sent on RLQS streams, one per bucket per report (label strategy: token_bucket, deny_all, allow_all, abandon).",
+        LATER,
+    ),
+    family(
+        "sluice_rlqs_refused_total",
+        Counter,
+        "What the RLQS door turned away (label reason: streams_per_peer, a stream beyond a peer's; buckets_per_stream, a bucket usage beyond a stream's buckets; send_timeout, a stream ended because its peer read no answer).",
+        LATER,
+    ),
+    family(
+        "sluice_rlqs_reports_total",
+        Counter,
+        "Usage reports answered on RLQS streams (Envoy sends one per new bucket, then one every 5 s).",
+        PLAIN,
+    ),
+    family(
+        "sluice_rlqs_usage_total",
+        Counter,
+        "Requests Envoys reported as admitted on RLQS streams (label result: counted, in the same counters as every door; uncounted, beyond the room of a rule).",
+        LATER,
+    ),
+    family(
         "sluice_small_limit_calls_spent_total",
         Counter,
         "Requests of a synced rule whose limit is too small to share that its key's share decided because the rule's store calls for the second (exact.small_limit_calls) were spent (label rule).",

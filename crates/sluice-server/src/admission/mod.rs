@@ -149,6 +149,15 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let (shared, inner) = (self.shared.clone(), self.inner.clone());
+        // An RLQS stream's body is the stream itself: never read whole, and held open for as
+        // long as Envoy runs; it has its own bounds (streams per peer, reports per second).
+        if request
+            .uri()
+            .path()
+            .starts_with(sluice_rls::rlqs::RLQS_PATH_PREFIX)
+        {
+            return Box::pin(async move { inner.oneshot(request).await.map_err(Into::into) });
+        }
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let body = shared.read(body).await.map_err(|r| shared.refuse(r))?;

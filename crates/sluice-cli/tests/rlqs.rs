@@ -1,0 +1,280 @@
+//! RLQS on `sluice serve`: real Envoys (1.40, the `rate_limit_quota` filter) in front of a
+//! plain upstream, getting their assignments from Sluice (the user's traffic over the limit is
+//! held to it, and Sluice gets no call per request), and streams ended cleanly on SIGTERM.
+
+mod common;
+#[path = "common/envoy.rs"]
+mod envoy;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{Serve, http_call, upstream};
+use envoy::get;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use sluice_testkit::{free_port, wait_until};
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
+
+/// Envoy with the `rate_limit_quota` filter: requests with `x-user-id` go to the bucket
+/// `{user: <its value>}` of domain `edge`; before the first assignment and after one expires,
+/// requests are let through (a Sluice that is down does not take the site down).
+pub fn rlqs_envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
+    let head = envoy::head(listen, admin);
+    let clusters = envoy::clusters(upstream, sluice_grpc);
+    format!(
+        r#"
+{head}                stat_prefix: ingress
+                # A 429 answers at once (Envoy waits 1 s by default before closing after a
+                # local reply with `Connection: close`).
+                delayed_close_timeout: 0s
+                route_config:
+                  virtual_hosts:
+                    - name: all
+                      domains: ["*"]
+                      routes:
+                        - match: {{ prefix: "/" }}
+                          route: {{ cluster: upstream }}
+                http_filters:
+                  - name: envoy.filters.http.rate_limit_quota
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
+                      domain: edge
+                      rlqs_server: {{ envoy_grpc: {{ cluster_name: sluice }} }}
+                      bucket_matchers:
+                        matcher_list:
+                          matchers:
+                            - predicate:
+                                single_predicate:
+                                  input:
+                                    name: user
+                                    typed_config:
+                                      "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                      header_name: x-user-id
+                                  value_match: {{ safe_regex: {{ google_re2: {{}}, regex: ".+" }} }}
+                              on_match:
+                                action:
+                                  name: rate_limit_quota
+                                  typed_config:
+                                    "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
+                                    bucket_id_builder:
+                                      bucket_id_builder:
+                                        user:
+                                          custom_value:
+                                            name: user
+                                            typed_config:
+                                              "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
+                                              header_name: x-user-id
+                                    reporting_interval: 5s
+                                    no_assignment_behavior:
+                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
+                                    expired_assignment_behavior:
+                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
+                  - name: envoy.filters.http.router
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{clusters}"#
+    )
+}
+
+/// A counter of Sluice's `/metrics` (0 when absent).
+fn metric(sluice: &Serve, series: &str) -> f64 {
+    let (_, text) = http_call(sluice.admin, "GET", "/metrics", "");
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn start_envoy(dir: &Path, sluice: &Serve, upstream: u16) -> (envoy::Envoy, u16, u16) {
+    let (listen, admin) = (free_port(), free_port());
+    let config = dir.join(format!("envoy-{listen}.yaml"));
+    std::fs::write(
+        &config,
+        rlqs_envoy_config(listen, admin, upstream, sluice.grpc),
+    )
+    .unwrap();
+    let log_path = dir.join(format!("envoy-{listen}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let envoy = envoy::start(&config, listen, Stdio::from(log));
+    assert!(
+        wait_until(Duration::from_secs(30), || get(admin, "/ready", "-").0
+            == 200),
+        "envoy did not become ready: {}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    (envoy, listen, admin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_enforces_sluice_assignments_with_no_call_per_request() {
+    let sluice = Serve::start("rlqs-envoy", "memory://", &[("edge.yaml", RULES)]);
+    let (upstream_port, upstream_hits) = upstream();
+    let (_envoy, listen, _admin) = start_envoy(sluice.dir(), &sluice, upstream_port);
+    // The first request goes through on no_assignment_behavior and makes Envoy report the
+    // new bucket at once; the assignment follows.
+    assert_eq!(get(listen, "/", "alice").0, 200);
+    assert!(
+        wait_until(Duration::from_secs(10), || metric(
+            &sluice,
+            "sluice_rlqs_assignments_total{strategy=\"token_bucket\"}"
+        ) >= 1.0),
+        "no token bucket assigned; sluice log: {}",
+        sluice.log_tail()
+    );
+    // 300 requests at once, far over the room of 5 s (60 a minute: 5 per 5 s).
+    let codes: Vec<u16> = (0..300).map(|_| get(listen, "/", "alice").0).collect();
+    let admitted = codes.iter().filter(|&&c| c == 200).count();
+    let denied = codes.iter().filter(|&&c| c == 429).count();
+    assert_eq!(admitted + denied, 300, "{codes:?}");
+    assert!((1..=6).contains(&admitted), "admitted {admitted}");
+    assert_eq!(upstream_hits.load(Ordering::Relaxed) as usize, admitted + 1);
+    // Another user has her own bucket.
+    assert_eq!(get(listen, "/", "bob").0, 200);
+    // No call per request: a report per new bucket and one per 5 s, no RLS call.
+    let reports = metric(&sluice, "sluice_rlqs_reports_total");
+    assert!(
+        (1.0..=3.0).contains(&reports),
+        "{reports} reports for 302 requests"
+    );
+    assert_eq!(
+        metric(
+            &sluice,
+            "sluice_requests_total{door=\"grpc\",result=\"ok\"}"
+        ),
+        0.0
+    );
+    // The next report counts what Envoy admitted in the counters every door shares.
+    let counted = || metric(&sluice, "sluice_rlqs_usage_total{result=\"counted\"}");
+    assert!(
+        wait_until(Duration::from_secs(12), || counted()
+            >= (admitted + 2) as f64),
+        "counted {} of {}",
+        counted(),
+        admitted + 2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_rlqs_streams_cleanly() {
+    let mut sluice = Serve::start("rlqs-term", "memory://", &[("edge.yaml", RULES)]);
+    let url = format!("http://127.0.0.1:{}", sluice.grpc);
+    let mut client = RateLimitQuotaServiceClient::connect(url).await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut inbox = client
+        .stream_rate_limit_quotas(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let usage = BucketQuotaUsage {
+        bucket_id: Some(BucketId {
+            bucket: [("user".to_owned(), "alice".to_owned())].into(),
+        }),
+        num_requests_allowed: 1,
+        ..Default::default()
+    };
+    tx.send(RateLimitQuotaUsageReports {
+        domain: "edge".to_owned(),
+        bucket_quota_usages: vec![usage],
+    })
+    .await
+    .unwrap();
+    let first = inbox.message().await.unwrap().unwrap();
+    assert_eq!(first.bucket_action.len(), 1, "{first:?}");
+    // The stream is open (the sender is alive) when SIGTERM comes: it ends with status OK,
+    // and the process exits in time.
+    let (status, _sluice) = tokio::task::spawn_blocking(move || (sluice.terminate(), sluice))
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let end = tokio::time::timeout(Duration::from_secs(5), inbox.message())
+        .await
+        .expect("the stream ended");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    drop(tx);
+}
+
+/// Sends `per_second` requests of `user` to Envoy's `port` until `windows` windows have
+/// passed, and tallies the upstream's admissions (200s) per window of `window`.
+fn load(
+    port: u16,
+    user: &'static str,
+    per_second: f64,
+    window: Duration,
+    windows: usize,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    std::thread::spawn(move || {
+        use sluice_core::{Clock, SystemClock};
+        let clock = SystemClock::new();
+        let window_ns = window.as_nanos() as u64;
+        let first = clock.now() / window_ns;
+        let gap = Duration::from_secs_f64(1.0 / per_second);
+        let mut admitted = vec![0u64; windows];
+        let mut next = clock.now();
+        loop {
+            let w = (clock.now() / window_ns - first) as usize;
+            if w >= windows {
+                return admitted;
+            }
+            if get(port, "/", user).0 == 200 {
+                admitted[w] += 1;
+            }
+            next += gap.as_nanos() as u64;
+            std::thread::sleep(Duration::from_nanos(next.saturating_sub(clock.now())));
+        }
+    })
+}
+
+/// Two Envoys, one user's traffic at 3x a limit of 100 per 20 s, split evenly (user `even`)
+/// and 9:1 (user `skewed`) at once: every window after the first two admits 90% to 105% of
+/// the limit, with no call per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_envoys_hold_a_user_to_the_limit_by_demand() {
+    const WINDOWS: usize = 6;
+    let window = Duration::from_secs(20);
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 20s, requests_per_unit: 100 }\n";
+    let sluice = Serve::start("rlqs-two", "memory://", &[("edge.yaml", rules)]);
+    let (upstream_port, _) = upstream();
+    let (_a, port_a, _) = start_envoy(sluice.dir(), &sluice, upstream_port);
+    let (_b, port_b, _) = start_envoy(sluice.dir(), &sluice, upstream_port);
+    let _aligned = common::align_to_window(window).await;
+    // 15 a second in all: 3x the limit's pace of 5.
+    let loads = [
+        load(port_a, "even", 7.5, window, WINDOWS),
+        load(port_b, "even", 7.5, window, WINDOWS),
+        load(port_a, "skewed", 13.5, window, WINDOWS),
+        load(port_b, "skewed", 1.5, window, WINDOWS),
+    ];
+    let tallies: Vec<Vec<u64>> = loads.into_iter().map(|l| l.join().unwrap()).collect();
+    let even: Vec<u64> = (0..WINDOWS)
+        .map(|w| tallies[0][w] + tallies[1][w])
+        .collect();
+    let skewed: Vec<u64> = (0..WINDOWS)
+        .map(|w| tallies[2][w] + tallies[3][w])
+        .collect();
+    eprintln!("even {even:?} (a {:?}, b {:?})", tallies[0], tallies[1]);
+    eprintln!("skewed {skewed:?} (a {:?}, b {:?})", tallies[2], tallies[3]);
+    let reports = metric(&sluice, "sluice_rlqs_reports_total");
+    let requests = 15.0 * 2.0 * window.as_secs_f64() * WINDOWS as f64;
+    eprintln!("{reports} reports for {requests} requests");
+    for (name, windows) in [("even", &even), ("skewed", &skewed)] {
+        for (w, &n) in windows.iter().enumerate().skip(2) {
+            assert!(
+                (90..=105).contains(&n),
+                "{name}: window {w} admitted {n} of 100: {windows:?}"
+            );
+        }
+    }
+    // A report per Envoy per 5 s whatever the traffic: 0.4 a second here for 15 requests a
+    // second; 1/100 of the requests from 40 requests a second per Envoy.
+    assert!(
+        reports <= requests / 50.0,
+        "{reports} reports for {requests} requests"
+    );
+}

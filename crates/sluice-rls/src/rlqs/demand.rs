@@ -1,0 +1,143 @@
+//! Each Envoy's demand for each bucket, across the streams of this instance: the shares an
+//! assignment divides the room by.
+//!
+//! A stream's demand for a bucket is what it reported (allowed and denied: what its clients
+//! asked for, not what it was let through) per second since its previous report. Demands
+//! older than three report intervals are forgotten (an Envoy that stopped reporting a bucket
+//! no longer asks for it). The book holds at most `max_keys` buckets; a bucket beyond them is
+//! shared evenly among the open streams.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use sluice_core::Nanos;
+
+use super::bucket::BucketKey;
+use super::sizing::REPORT_EVERY;
+
+/// One stream's demand for one bucket.
+#[derive(Clone, Copy, Debug)]
+struct Demand {
+    stream: u64,
+    per_second: f64,
+    at: Nanos,
+}
+
+/// The book of demands.
+#[derive(Debug)]
+pub struct DemandBook {
+    keys: Mutex<HashMap<(String, BucketKey), Vec<Demand>>>,
+    max_keys: usize,
+}
+
+impl DemandBook {
+    /// A book of at most `max_keys` buckets.
+    pub fn new(max_keys: usize) -> Self {
+        Self {
+            keys: Mutex::new(HashMap::new()),
+            max_keys,
+        }
+    }
+
+    /// Notes `stream`'s demand for a bucket and returns its share of the bucket's demand
+    /// (`open_streams` divides it evenly when the book is full).
+    pub fn share(
+        &self,
+        (domain, key): (&str, &BucketKey),
+        stream: u64,
+        per_second: f64,
+        now: Nanos,
+        open_streams: usize,
+    ) -> f64 {
+        let even = 1.0 / open_streams.max(1) as f64;
+        let forget_before = now.saturating_sub(3 * REPORT_EVERY.as_nanos() as u64);
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let full = keys.len() >= self.max_keys;
+        let demands = match keys.get_mut(&(domain.to_owned(), key.clone())) {
+            Some(d) => d,
+            None if full => return even,
+            None => keys.entry((domain.to_owned(), key.clone())).or_default(),
+        };
+        demands.retain(|d| d.at >= forget_before && d.stream != stream);
+        let per_second = if per_second.is_finite() {
+            per_second.max(0.0)
+        } else {
+            0.0
+        };
+        demands.push(Demand {
+            stream,
+            per_second,
+            at: now,
+        });
+        let total: f64 = demands.iter().map(|d| d.per_second).sum();
+        if total <= 0.0 {
+            return 1.0 / demands.len() as f64;
+        }
+        per_second / total
+    }
+
+    /// Forgets a stream's demands (it ended).
+    pub fn forget(&self, domain: &str, stream: u64, keys: impl Iterator<Item = BucketKey>) {
+        let mut book = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        for key in keys {
+            let k = (domain.to_owned(), key);
+            if let Some(demands) = book.get_mut(&k) {
+                demands.retain(|d| d.stream != stream);
+                if demands.is_empty() {
+                    book.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Buckets in the book.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RlsOptions;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+
+    fn key(user: &str) -> BucketKey {
+        let id = BucketId {
+            bucket: [("user".to_owned(), user.to_owned())].into(),
+        };
+        BucketKey::from_proto(&id, &RlsOptions::default(), 0).unwrap()
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn shares_follow_demand() {
+        let book = DemandBook::new(10);
+        let k = key("alice");
+        assert_eq!(book.share(("d", &k), 1, 90.0, S, 2), 1.0);
+        let small = book.share(("d", &k), 2, 10.0, S, 2);
+        assert!((small - 0.1).abs() < 1e-9, "{small}");
+        let big = book.share(("d", &k), 1, 90.0, 2 * S, 2);
+        assert!((big - 0.9).abs() < 1e-9, "{big}");
+    }
+
+    #[test]
+    fn old_demand_is_forgotten() {
+        let book = DemandBook::new(10);
+        let k = key("alice");
+        book.share(("d", &k), 1, 50.0, S, 2);
+        assert_eq!(book.share(("d", &k), 2, 50.0, 20 * S, 2), 1.0);
+    }
+
+    #[test]
+    fn a_full_book_shares_evenly_and_ended_streams_leave_it() {
+        let book = DemandBook::new(1);
+        book.share(("d", &key("a")), 1, 5.0, S, 4);
+        assert_eq!(book.share(("d", &key("b")), 1, 5.0, S, 4), 0.25);
+        assert_eq!(book.len(), 1);
+        book.forget("d", 1, [key("a")].into_iter());
+        assert_eq!(book.len(), 0);
+    }
+}

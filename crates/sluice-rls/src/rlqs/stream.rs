@@ -1,0 +1,265 @@
+//! One `StreamRateLimitQuotas` stream: its domain, its buckets and what it was last told.
+//!
+//! Each report is answered at once with an action for every bucket it names: the
+//! assignment sized from the room left after counting the report (sizing.rs), or an
+//! abandon when the bucket's rule is gone (a reload removed it). Envoy reports every 5 s, so
+//! each assignment is renewed well before its 15 s TTL; one that repeats the previous
+//! numbers leaves Envoy's token bucket as it is.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    self, AbandonAction, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
+use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
+use sluice_engine::{Engine, EngineError};
+
+use super::bucket::BucketKey;
+use super::service::Shared;
+use super::sizing::{Assignment, assign};
+use super::usage::{Recorded, record};
+use crate::error::RequestError;
+
+/// One stream's state.
+#[derive(Debug)]
+pub struct QuotaStream {
+    id: u64,
+    domain: Option<String>,
+    /// Each bucket's last assignment.
+    buckets: HashMap<BucketKey, Assignment>,
+    /// Usages of buckets beyond the stream's cap (logged once).
+    overflowed: bool,
+}
+
+impl QuotaStream {
+    /// A new stream.
+    pub fn new(id: u64) -> Self {
+        Self {
+            id,
+            domain: None,
+            buckets: HashMap::new(),
+            overflowed: false,
+        }
+    }
+
+    /// Counts a report and answers it (`None`: nothing to say). An error ends the stream.
+    pub async fn answer(
+        &mut self,
+        shared: &Shared,
+        reports: RateLimitQuotaUsageReports,
+    ) -> Result<Option<RateLimitQuotaResponse>, tonic::Status> {
+        let domain = self.domain_of(&reports.domain)?;
+        if reports.bucket_quota_usages.len() > shared.limits.max_buckets_per_stream {
+            return Err(tonic::Status::resource_exhausted(format!(
+                "{} bucket usages in one report; at most {} are allowed",
+                reports.bucket_quota_usages.len(),
+                shared.limits.max_buckets_per_stream
+            )));
+        }
+        let engine = shared.engine.load_full();
+        let options = shared.options.load();
+        let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
+        for (i, usage) in reports.bucket_quota_usages.iter().enumerate() {
+            let id = usage.bucket_id.as_ref().ok_or_else(|| {
+                tonic::Status::invalid_argument(format!(
+                    "bucket_quota_usages[{i}].bucket_id is missing"
+                ))
+            })?;
+            let key = BucketKey::from_proto(id, &options, i).map_err(tonic::Status::from)?;
+            if !self.buckets.contains_key(&key)
+                && self.buckets.len() >= shared.limits.max_buckets_per_stream
+            {
+                self.overflow(shared);
+                continue;
+            }
+            let action = self.bucket(shared, &engine, &domain, key, usage).await?;
+            actions.push(action);
+        }
+        metrics::counter!("sluice_rlqs_reports_total").increment(1);
+        Ok((!actions.is_empty()).then_some(RateLimitQuotaResponse {
+            bucket_action: actions,
+        }))
+    }
+
+    /// The stream's domain: the first report's; a later report may repeat it or leave it
+    /// empty.
+    fn domain_of(&mut self, sent: &str) -> Result<String, tonic::Status> {
+        match &self.domain {
+            None if sent.is_empty() => Err(tonic::Status::invalid_argument(
+                "domain is empty; the first report must name the domain of a rule file",
+            )),
+            None => {
+                self.domain = Some(sent.to_owned());
+                Ok(sent.to_owned())
+            }
+            Some(d) if sent.is_empty() || sent == d => Ok(d.clone()),
+            Some(d) => Err(tonic::Status::invalid_argument(format!(
+                "domain changed from `{d}` to `{sent}` within a stream; open a new stream"
+            ))),
+        }
+    }
+
+    fn overflow(&mut self, shared: &Shared) {
+        metrics::counter!("sluice_rlqs_refused_total", "reason" => "buckets_per_stream")
+            .increment(1);
+        if !self.overflowed {
+            self.overflowed = true;
+            tracing::warn!(
+                stream = self.id,
+                max = shared.limits.max_buckets_per_stream,
+                "rlqs stream holds its most buckets; usage of new ones is not counted"
+            );
+        }
+    }
+
+    /// Counts one bucket's usage and decides its action.
+    async fn bucket(
+        &mut self,
+        shared: &Shared,
+        engine: &Engine,
+        domain: &str,
+        key: BucketKey,
+        usage: &BucketQuotaUsage,
+    ) -> Result<BucketAction, tonic::Status> {
+        let allowed = usage.num_requests_allowed;
+        let recorded = match record(engine, domain, &key, allowed).await {
+            Ok(r) => r,
+            // A domain no rule file defines: nothing limits its buckets.
+            Err(EngineError::UnknownDomain(_)) => Recorded {
+                counted: 0,
+                uncounted: 0,
+                room: None,
+            },
+            Err(e) => return Err(RequestError::from(e).into()),
+        };
+        metrics::counter!("sluice_rlqs_usage_total", "result" => "counted")
+            .increment(recorded.counted);
+        metrics::counter!("sluice_rlqs_usage_total", "result" => "uncounted")
+            .increment(recorded.uncounted);
+        let assignment = match recorded.room {
+            None => Assignment::AllowAll,
+            Some(room) => {
+                let share = self.share(shared, engine, domain, &key, usage);
+                // Other Sluice instances serve other Envoys from the same room: this instance
+                // hands out its even part of it.
+                let fleet = engine.fleet_size().max(1) as f64;
+                assign(Some(room), share / fleet)
+            }
+        };
+        tracing::debug!(
+            stream = self.id, domain, bucket = ?key.entries(), allowed,
+            denied = usage.num_requests_denied, room = ?recorded.room, ?assignment,
+            "rlqs assignment"
+        );
+        let previous = self.buckets.insert(key.clone(), assignment);
+        let abandon =
+            recorded.room.is_none() && previous.is_some_and(|p| p != Assignment::AllowAll);
+        if abandon {
+            self.buckets.remove(&key);
+        }
+        let strategy = if abandon {
+            "abandon"
+        } else {
+            strategy_name(assignment)
+        };
+        metrics::counter!("sluice_rlqs_assignments_total", "strategy" => strategy).increment(1);
+        Ok(action(&key, assignment, abandon))
+    }
+
+    /// This stream's share of the bucket's demand on this instance.
+    fn share(
+        &self,
+        shared: &Shared,
+        engine: &Engine,
+        domain: &str,
+        key: &BucketKey,
+        usage: &BucketQuotaUsage,
+    ) -> f64 {
+        let asked = usage
+            .num_requests_allowed
+            .saturating_add(usage.num_requests_denied) as f64;
+        // Envoy's first report of a bucket has no `time_elapsed`; its times are whole seconds.
+        let elapsed = usage.time_elapsed.map_or(0.0, |d| {
+            d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
+        });
+        shared.demand.share(
+            (domain, key),
+            self.id,
+            asked / elapsed.max(1.0),
+            engine.now(),
+            shared.peers.total(),
+        )
+    }
+
+    /// The stream's id and its buckets, for forgetting its demands when it ends.
+    pub fn into_parts(self) -> (u64, Option<String>, impl Iterator<Item = BucketKey>) {
+        (self.id, self.domain, self.buckets.into_keys())
+    }
+}
+
+fn strategy_name(a: Assignment) -> &'static str {
+    match a {
+        Assignment::AllowAll => "allow_all",
+        Assignment::DenyAll => "deny_all",
+        Assignment::TokenBucket { .. } => "token_bucket",
+    }
+}
+
+fn pb_duration(d: Duration) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+/// The wire form of an assignment (or of an abandon).
+pub fn action(key: &BucketKey, assignment: Assignment, abandon: bool) -> BucketAction {
+    let strategy = match assignment {
+        Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
+        Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+        Assignment::TokenBucket {
+            max_tokens,
+            tokens_per_fill,
+            fill_interval_secs,
+        } => Strategy::TokenBucket(TokenBucket {
+            max_tokens,
+            tokens_per_fill: Some(UInt32Value {
+                value: tokens_per_fill,
+            }),
+            fill_interval: Some(pb_duration(Duration::from_secs(fill_interval_secs))),
+        }),
+    };
+    let what = if abandon {
+        bucket_action::BucketAction::AbandonAction(AbandonAction {})
+    } else {
+        bucket_action::BucketAction::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(pb_duration(assignment.ttl())),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })
+    };
+    BucketAction {
+        bucket_id: Some(key.to_proto()),
+        bucket_action: Some(what),
+    }
+}
+
+/// Waits `wait` unless the stream must stop first (returns false then).
+pub async fn paced(wait: Duration, stop: &mut tokio::sync::watch::Receiver<bool>) -> bool {
+    if wait.is_zero() {
+        return true;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(wait) => true,
+        _ = stop.wait_for(|s| *s) => false,
+    }
+}

@@ -1,0 +1,384 @@
+//! RLQS streams over a real gRPC connection (tonic client and server in the test's process):
+//! reports counted in the counters RLS uses, the assignments they get, the door's bounds and
+//! the end of streams at shutdown.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use sluice_rls::rlqs::{RateLimitQuotaGrpc, RlqsLimits};
+use sluice_rls::{RateLimitGrpc, RlsOptions, SharedEngine};
+use tokio::sync::{mpsc, watch};
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+
+const RULES: &str = "domain: d
+descriptors:
+  - key: user
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+";
+
+type Outbox = mpsc::Sender<RateLimitQuotaUsageReports>;
+type Inbox = tonic::Streaming<RateLimitQuotaResponse>;
+
+struct Server {
+    addr: SocketAddr,
+    engine: SharedEngine,
+    stop: watch::Sender<bool>,
+    handler: RateLimitQuotaGrpc,
+}
+
+async fn server(limits: RlqsLimits) -> Server {
+    let engine = common::engine(RULES);
+    let options = Arc::new(ArcSwap::from_pointee(RlsOptions::default()));
+    let (stop, stop_rx) = watch::channel(false);
+    let handler = RateLimitQuotaGrpc::new(engine.clone(), options, limits, stop_rx);
+    let service = envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer::new(handler.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    Server {
+        addr,
+        engine,
+        stop,
+        handler,
+    }
+}
+
+async fn open(addr: SocketAddr) -> Result<(Outbox, Inbox), tonic::Status> {
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel(4096);
+    let inbox = client
+        .stream_rate_limit_quotas(ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    Ok((tx, inbox))
+}
+
+fn bucket(entries: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+fn usage(id: BucketId, allowed: u64, denied: u64) -> BucketQuotaUsage {
+    BucketQuotaUsage {
+        bucket_id: Some(id),
+        time_elapsed: Some(PbDuration {
+            seconds: 5,
+            nanos: 0,
+        }),
+        num_requests_allowed: allowed,
+        num_requests_denied: denied,
+    }
+}
+
+fn report(domain: &str, usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
+    RateLimitQuotaUsageReports {
+        domain: domain.to_owned(),
+        bucket_quota_usages: usages,
+    }
+}
+
+async fn next(inbox: &mut Inbox) -> RateLimitQuotaResponse {
+    tokio::time::timeout(Duration::from_secs(10), inbox.message())
+        .await
+        .expect("an answer within 10 s")
+        .expect("a message")
+        .expect("the stream open")
+}
+
+/// A bucket id as one string, `k=v` sorted (`BucketId` holds a map: no `Hash`).
+fn name(id: &BucketId) -> String {
+    let mut entries: Vec<String> = id.bucket.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    entries.sort();
+    entries.join(",")
+}
+
+/// Each answered bucket's strategy (`None`: abandoned) and TTL in seconds, by [`name`].
+fn actions(response: &RateLimitQuotaResponse) -> HashMap<String, (Option<Strategy>, i64)> {
+    response
+        .bucket_action
+        .iter()
+        .map(|a| {
+            let id = name(a.bucket_id.as_ref().unwrap());
+            match a.bucket_action.unwrap() {
+                Action::QuotaAssignmentAction(q) => (
+                    id,
+                    (
+                        q.rate_limit_strategy.unwrap().strategy,
+                        q.assignment_time_to_live.unwrap().seconds,
+                    ),
+                ),
+                Action::AbandonAction(_) => (id, (None, 0)),
+            }
+        })
+        .collect()
+}
+
+async fn rls_code(engine: &SharedEngine, user: &str) -> Code {
+    let rls = RateLimitGrpc::new(engine.clone(), RlsOptions::default());
+    let request = RateLimitRequest {
+        domain: "d".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".to_owned(),
+                value: user.to_owned(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    let response = rls.should_rate_limit(tonic::Request::new(request)).await;
+    Code::try_from(response.unwrap().into_inner().overall_code).unwrap()
+}
+
+#[tokio::test]
+async fn reports_share_the_limit_with_rls_and_get_assignments() {
+    let s = server(RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let alice = bucket(&[("user", "alice")]);
+    let free = bucket(&[("path", "/")]);
+    // A new bucket's first report (Envoy sends one at once): a token bucket with a 15 s TTL.
+    tx.send(report(
+        "d",
+        vec![usage(alice.clone(), 1, 0), usage(free.clone(), 3, 0)],
+    ))
+    .await
+    .unwrap();
+    let first = actions(&next(&mut inbox).await);
+    assert!(
+        matches!(first[&name(&alice)], (Some(Strategy::TokenBucket(_)), 15)),
+        "{first:?}"
+    );
+    // No rule for `path`: allow all, for an hour.
+    assert_eq!(
+        first[&name(&free)],
+        (
+            Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32)),
+            3600
+        )
+    );
+    // The rest of alice's minute used through Envoy: RLS refuses her now...
+    tx.send(report("", vec![usage(alice.clone(), 99, 40)]))
+        .await
+        .unwrap();
+    let over = actions(&next(&mut inbox).await);
+    assert_eq!(rls_code(&s.engine, "alice").await, Code::OverLimit);
+    // ... and the Envoy is told to deny until the window allows more.
+    assert_eq!(
+        over[&name(&alice)],
+        (Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32)), 15)
+    );
+    // Another user is untouched.
+    assert_eq!(rls_code(&s.engine, "bob").await, Code::Ok);
+}
+
+#[tokio::test]
+async fn requests_admitted_by_rls_shrink_the_assignment() {
+    let s = server(RlqsLimits::default()).await;
+    for _ in 0..100 {
+        rls_code(&s.engine, "carol").await;
+    }
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let carol = bucket(&[("user", "carol")]);
+    tx.send(report("d", vec![usage(carol.clone(), 0, 1)]))
+        .await
+        .unwrap();
+    let answer = actions(&next(&mut inbox).await);
+    assert_eq!(
+        answer[&name(&carol)].0,
+        Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32))
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_domain_allows_all_and_a_first_report_without_domain_is_refused() {
+    let s = server(RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let id = bucket(&[("user", "alice")]);
+    tx.send(report("nowhere", vec![usage(id.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    let answer = actions(&next(&mut inbox).await);
+    assert_eq!(
+        answer[&name(&id)].0,
+        Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32))
+    );
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    tx.send(report("", vec![usage(id, 1, 0)])).await.unwrap();
+    let status = inbox.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
+}
+
+#[tokio::test]
+async fn a_peer_holds_a_bounded_number_of_streams_and_buckets() {
+    let limits = RlqsLimits {
+        max_streams_per_peer: 2,
+        max_buckets_per_stream: 2,
+        ..RlqsLimits::default()
+    };
+    let s = server(limits).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let _second = open(s.addr).await.unwrap();
+    let third = open(s.addr).await.map(|_| ()).unwrap_err();
+    assert_eq!(third.code(), tonic::Code::ResourceExhausted, "{third}");
+    let (a, b, c) = (
+        bucket(&[("user", "a")]),
+        bucket(&[("user", "b")]),
+        bucket(&[("user", "c")]),
+    );
+    tx.send(report(
+        "d",
+        vec![usage(a.clone(), 1, 0), usage(b.clone(), 1, 0)],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(actions(&next(&mut inbox).await).len(), 2);
+    // A third bucket is neither counted nor answered; the known ones still are.
+    tx.send(report(
+        "",
+        vec![usage(c.clone(), 50, 0), usage(a.clone(), 1, 0)],
+    ))
+    .await
+    .unwrap();
+    let answer = actions(&next(&mut inbox).await);
+    assert!(
+        answer.contains_key(&name(&a)) && !answer.contains_key(&name(&c)),
+        "{answer:?}"
+    );
+    assert_eq!(rls_code(&s.engine, "c").await, Code::Ok);
+    // One report with more usages than a stream may hold ends the stream.
+    tx.send(report("", vec![usage(a.clone(), 0, 0); 3]))
+        .await
+        .unwrap();
+    let status = inbox.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+}
+
+#[tokio::test]
+async fn a_peer_that_reads_nothing_is_ended_and_stalls_no_one() {
+    let limits = RlqsLimits {
+        send_timeout: Duration::from_millis(300),
+        ..RlqsLimits::default()
+    };
+    let s = server(limits).await;
+    let (tx, _never_read) = open(s.addr).await.unwrap();
+    // Reports with large bucket ids (32 entries of 1 KiB) until the unread answers fill the
+    // HTTP/2 windows (a few MB).
+    let entries: Vec<(String, String)> = (0..32)
+        .map(|i| (format!("k{i:02}"), "x".repeat(1000)))
+        .collect();
+    let entries: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let id = bucket(&entries);
+    for _ in 0..400 {
+        if tx
+            .send(report("d", vec![usage(id.clone(), 0, 0)]))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    // Another stream is answered meanwhile.
+    let (other, mut inbox) = open(s.addr).await.unwrap();
+    other
+        .send(report("d", vec![usage(bucket(&[("user", "z")]), 1, 0)]))
+        .await
+        .unwrap();
+    next(&mut inbox).await;
+    // The stalled stream is ended: only the other one is left.
+    let ended = async {
+        while s.handler.open_streams() > 1 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), ended)
+        .await
+        .expect("the stalled stream ended within 10 s");
+}
+
+#[tokio::test]
+async fn the_stop_signal_ends_streams_cleanly() {
+    let s = server(RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    tx.send(report("d", vec![usage(bucket(&[("user", "a")]), 1, 0)]))
+        .await
+        .unwrap();
+    next(&mut inbox).await;
+    s.stop.send(true).unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(10), inbox.message())
+        .await
+        .expect("the stream ends within 10 s");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    let refused = open(s.addr).await.map(|_| ()).unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+}
+
+#[tokio::test]
+async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
+    let s = server(RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let alice = bucket(&[("user", "alice")]);
+    tx.send(report("d", vec![usage(alice.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    let first = actions(&next(&mut inbox).await);
+    assert!(matches!(
+        first[&name(&alice)].0,
+        Some(Strategy::TokenBucket(_))
+    ));
+    // A reload without the `user` rule: the bucket is abandoned, then allowed for long.
+    let rules = sluice_config::RuleSet::new(vec![
+        sluice_config::parse_domain(
+            std::path::Path::new("rules.yaml"),
+            "domain: d\ndescriptors:\n  - key: path\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n",
+        )
+        .unwrap(),
+    ])
+    .unwrap();
+    let reloaded = s.engine.load().reload(&rules, &Default::default());
+    s.engine.store(Arc::new(reloaded));
+    tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(actions(&next(&mut inbox).await)[&name(&alice)], (None, 0));
+    tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        actions(&next(&mut inbox).await)[&name(&alice)],
+        (
+            Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32)),
+            3600
+        )
+    );
+}
