@@ -293,20 +293,10 @@ impl Engine {
             if matches!(outcome, Outcome::Denied | Outcome::CostExceedsLimit) {
                 verdict.allowed = false;
             }
-            verdict.statuses.push(RuleStatus {
-                descriptor: m.descriptor,
-                rule_id: &rule.id,
-                name: rule.name.as_deref(),
-                limit: rule.limit,
-                outcome,
-                reason,
-                remaining: decision.remaining(),
-                reset_after: decision.reset_after(),
-                retry_after: decision.retry_after(),
-                policy: rule.policy,
-                quota_mode: rule.quota && !rule.shadow,
-                metadata: rule.metadata.as_deref(),
-            });
+            let status = (outcome, reason);
+            verdict
+                .statuses
+                .push(status_of(m.descriptor, rule, status, &decision));
         }
         // Quota mode (Envoy's soft limits): over only when every quota-mode rule is over.
         if quota_rules > 0 && quota_over == quota_rules {
@@ -452,6 +442,29 @@ impl Engine {
     /// Counts of an earlier run's spill not delivered yet.
     pub fn replay_pending(&self) -> u64 {
         self.flusher.replay_pending()
+    }
+}
+
+/// What `rule` answered for descriptor `descriptor`, as the verdict reports it.
+fn status_of<'e>(
+    descriptor: usize,
+    rule: &'e RuleEngine,
+    (outcome, reason): (Outcome, Option<Reason>),
+    decision: &Decision,
+) -> RuleStatus<'e> {
+    RuleStatus {
+        descriptor,
+        rule_id: &rule.id,
+        name: rule.name.as_deref(),
+        limit: rule.limit,
+        outcome,
+        reason,
+        remaining: decision.remaining(),
+        reset_after: decision.reset_after(),
+        retry_after: decision.retry_after(),
+        policy: rule.policy,
+        quota_mode: rule.quota && !rule.shadow,
+        metadata: rule.metadata.as_deref(),
     }
 }
 
