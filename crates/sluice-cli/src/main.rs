@@ -171,7 +171,9 @@ fn main() -> ExitCode {
                 .build()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| {
-                    let served = rt.block_on(sluice_server::run(&config));
+                    let served = rt
+                        .block_on(sluice_server::run(&config))
+                        .map_err(anyhow::Error::from);
                     // Calls still running past `shutdown_timeout` are not waited for.
                     rt.shutdown_timeout(std::time::Duration::from_millis(200));
                     served

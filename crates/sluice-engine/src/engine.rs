@@ -1,5 +1,6 @@
-//! The engine: the rule table and the check path. The store side (flushes, receipts, the
-//! store's clock and health) is the [`Flusher`]'s.
+//! The engine: the rule table and the check path. The store side is the [`StoreLink`]'s
+//! (the store's clock, health, the fleet, exact mode's breaker), which the check path and the
+//! [`Flusher`] (flushes, receipts, spill and replay) share.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +11,11 @@ use sluice_core::{Clock, Decision, MAX_COST, Nanos};
 use sluice_store::CounterStore;
 use smallvec::SmallVec;
 
+use crate::EngineOptions;
 use crate::descriptor_key::with_key;
 use crate::exact::breaker::BreakerState;
 use crate::flusher::{Due, FlushReport, Flusher, Retired, Spill, StateDir};
+use crate::link::StoreLink;
 use crate::rule::{RuleEngine, RuleKind};
 use crate::table::RuleTable;
 use crate::verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};
@@ -38,53 +41,12 @@ pub enum EngineError {
     },
 }
 
-/// Settings that are not in the rule files.
-#[derive(Clone, Debug)]
-pub struct EngineOptions {
-    /// This instance's id in the store's per-node entries; unique per process by default.
-    pub node_id: Option<String>,
-    /// Whether the store is shared with other instances. With an unshared (memory) store,
-    /// `synced` rules behave as `local` ones.
-    pub shared_store: bool,
-    /// Tracked keys per rule before new keys go to the fixed-size sketch.
-    pub max_keys_per_rule: usize,
-    /// Instances assumed by `exact` rules' `on_store_error: local` (MAX / instances each).
-    pub expected_instances: u64,
-    /// Correct this instance's clock by the store's `TIME` (read in every flush), so that
-    /// instances with skewed clocks agree on window numbers. Tests that drive the engine with a
-    /// manual clock against a real Redis turn it off.
-    pub follow_store_clock: bool,
-    /// Most items (keys and windows) per flush pipeline: a larger flush goes in several, each
-    /// within the store's per-call timeout, so a key spray cannot make every flush time out.
-    pub flush_chunk_items: usize,
-    /// How `exact` rules call the store: the time budget per request and the circuit breaker.
-    pub exact_calls: sluice_config::ExactCalls,
-    /// Cut exact-mode store calls off at `exact_calls.timeout` with a tokio timer (it needs a
-    /// runtime with time enabled). The simulator, which polls futures itself on manual
-    /// clocks, turns it off; the breaker works either way.
-    pub exact_budget_timer: bool,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        Self {
-            node_id: None,
-            shared_store: true,
-            max_keys_per_rule: 1_000_000,
-            expected_instances: 1,
-            follow_store_clock: true,
-            flush_chunk_items: sluice_config::DEFAULT_FLUSH_CHUNK_ITEMS,
-            exact_calls: sluice_config::ExactCalls::default(),
-            exact_budget_timer: true,
-        }
-    }
-}
-
 /// The rate-limit engine. Cheap to share (`Arc<Engine>`); every method takes `&self`.
 pub struct Engine {
     clock: Arc<dyn Clock>,
     table: RuleTable,
-    /// Shared with the engines reloads build from this one.
+    /// Shared with the engines reloads build from this one, as is the flusher.
+    link: Arc<StoreLink>,
     flusher: Arc<Flusher>,
     pub(crate) options: EngineOptions,
 }
@@ -111,25 +73,26 @@ impl Engine {
             max_keys_per_rule: options.max_keys_per_rule.max(1),
             ..options
         };
-        let flusher = Flusher::new(
+        let link = Arc::new(StoreLink::new(
             store,
             clock.clone(),
             node,
             options.follow_store_clock,
-            options.flush_chunk_items,
             &options.exact_calls,
             options.exact_budget_timer,
-        );
+        ));
+        let flusher = Flusher::new(link.clone(), options.flush_chunk_items);
         Self {
             table: RuleTable::build(rules, defaults, &clock, &options, None),
             clock,
+            link,
             flusher: Arc::new(flusher),
             options,
         }
     }
 
     /// An engine for new rules that keeps this one's store, clock, node id, clock offset and
-    /// options (its flusher), and the counters of every rule whose id and resolved settings
+    /// options (its store link and flusher), and the counters of every rule whose id and resolved settings
     /// did not change.
     pub fn reload(&self, rules: &RuleSet, defaults: &RuleSettings) -> Self {
         let table = RuleTable::build(
@@ -153,6 +116,7 @@ impl Engine {
         Self {
             clock: self.clock.clone(),
             table,
+            link: self.link.clone(),
             flusher: self.flusher.clone(),
             options: self.options.clone(),
         }
@@ -182,7 +146,7 @@ impl Engine {
     /// Takes this instance off the store's list of live instances (at shutdown, after the
     /// final flush), so that the fleet's size drops at the others' next announcement.
     pub async fn leave_fleet(&self) {
-        self.flusher.leave_fleet().await;
+        self.link.leave_fleet().await;
     }
 
     /// How many rules of `other` share their counters with this engine (kept by a reload).
@@ -195,31 +159,35 @@ impl Engine {
 
     /// This instance's node id.
     pub fn node_id(&self) -> &str {
-        self.flusher.node()
+        self.link.node()
     }
 
     /// The current time corrected by the offset to the store's clock.
     pub fn now(&self) -> Nanos {
-        self.flusher.now()
+        self.link.now()
     }
 
     /// Store time minus local time, as last measured (nanoseconds).
     pub fn clock_offset_ns(&self) -> i64 {
-        self.flusher.offset_ns()
+        self.link.offset_ns()
     }
 
     /// Whether the last flush (or probe) reached the store.
     pub fn store_ok(&self) -> bool {
-        self.flusher.health().answering()
+        self.link.health().answering()
     }
 
     /// Where exact mode's circuit breaker is.
     pub fn exact_breaker(&self) -> BreakerState {
-        self.flusher.breaker_state()
+        self.link.breaker_state()
     }
 
     pub(crate) fn flusher(&self) -> &Flusher {
         &self.flusher
+    }
+
+    pub(crate) fn link(&self) -> &StoreLink {
+        &self.link
     }
 
     pub(crate) fn table(&self) -> &RuleTable {
@@ -228,7 +196,7 @@ impl Engine {
 
     /// Whether the store has ever answered a flush or probe.
     pub fn store_reached(&self) -> bool {
-        self.flusher.reached()
+        self.link.reached()
     }
 
     /// The shortest span among synced rules (`None` when there are none): how often to flush.
@@ -304,9 +272,7 @@ impl Engine {
             };
             let entries = descriptors[m.descriptor].as_ref();
             let max_keys = self.options.max_keys_per_rule;
-            let (decision, reason) = rule
-                .check(&self.flusher, max_keys, entries, now, cost)
-                .await;
+            let (decision, reason) = rule.check(&self.link, max_keys, entries, now, cost).await;
             let (decision, reason) = match cost_of(m.descriptor) {
                 0 => look(rule, decision, reason),
                 _ => (decision, reason),
@@ -327,20 +293,10 @@ impl Engine {
             if matches!(outcome, Outcome::Denied | Outcome::CostExceedsLimit) {
                 verdict.allowed = false;
             }
-            verdict.statuses.push(RuleStatus {
-                descriptor: m.descriptor,
-                rule_id: &rule.id,
-                name: rule.name.as_deref(),
-                limit: rule.limit,
-                outcome,
-                reason,
-                remaining: decision.remaining(),
-                reset_after: decision.reset_after(),
-                retry_after: decision.retry_after(),
-                policy: rule.policy,
-                quota_mode: rule.quota && !rule.shadow,
-                metadata: rule.metadata.as_deref(),
-            });
+            let status = (outcome, reason);
+            verdict
+                .statuses
+                .push(status_of(m.descriptor, rule, status, &decision));
         }
         // Quota mode (Envoy's soft limits): over only when every quota-mode rule is over.
         if quota_rules > 0 && quota_over == quota_rules {
@@ -408,7 +364,7 @@ impl Engine {
                     return None;
                 };
                 let info = with_key(rule.key_values(entries), |key| {
-                    synced.key_info(key, now, self.flusher.view())
+                    synced.key_info(key, now, self.link.view())
                 })?;
                 let rule_id = rule.id.clone();
                 Some(KeyInfo { rule_id, ..info })
@@ -441,13 +397,13 @@ impl Engine {
     /// announcement.
     pub async fn announce(&self) {
         if self.table.has_synced() {
-            self.flusher.announce().await;
+            self.link.announce().await;
         }
     }
 
     /// Whether keys wait for an early sync ([`Engine::flush_early`]).
     pub fn early_sync_wanted(&self) -> bool {
-        self.flusher.early_sync_wanted()
+        self.link.early.wanted()
     }
 
     /// The time on [`Engine::now`]'s clock before which the early sync asked for should not
@@ -455,18 +411,18 @@ impl Engine {
     /// key read ahead of the other instances' flushes of a span boundary and reads again once
     /// they have landed.
     pub fn early_sync_not_before(&self) -> Nanos {
-        self.flusher.early_sync_not_before()
+        self.link.early.not_before()
     }
 
     /// Resolves once keys ask for an early sync.
     pub async fn early_sync_asked(&self) {
-        self.flusher.early_sync_asked().await;
+        self.link.early.asked().await;
     }
 
     /// Instances live on the store, this one included, as this instance's last announcement
     /// found them (0 before the first answer, or with a store that keeps no such list).
     pub fn fleet_size(&self) -> u64 {
-        self.flusher.fleet()
+        self.link.fleet()
     }
 
     /// Every count this instance could not deliver to the store, for its state directory at
@@ -487,14 +443,28 @@ impl Engine {
     pub fn replay_pending(&self) -> u64 {
         self.flusher.replay_pending()
     }
+}
 
-    /// Runs the flush loop ([`crate::run_flush_loop`]) for this engine until `shutdown`
-    /// resolves, then flushes everything once more.
-    pub async fn run_flusher(
-        self: Arc<Self>,
-        shutdown: impl std::future::Future<Output = ()>,
-    ) -> FlushReport {
-        crate::run_flush_loop(|| self.clone(), || {}, shutdown).await
+/// What `rule` answered for descriptor `descriptor`, as the verdict reports it.
+fn status_of<'e>(
+    descriptor: usize,
+    rule: &'e RuleEngine,
+    (outcome, reason): (Outcome, Option<Reason>),
+    decision: &Decision,
+) -> RuleStatus<'e> {
+    RuleStatus {
+        descriptor,
+        rule_id: &rule.id,
+        name: rule.name.as_deref(),
+        limit: rule.limit,
+        outcome,
+        reason,
+        remaining: decision.remaining(),
+        reset_after: decision.reset_after(),
+        retry_after: decision.retry_after(),
+        policy: rule.policy,
+        quota_mode: rule.quota && !rule.shadow,
+        metadata: rule.metadata.as_deref(),
     }
 }
 

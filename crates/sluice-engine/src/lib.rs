@@ -27,22 +27,24 @@
 mod descriptor_key;
 mod engine;
 mod exact;
+mod flush_loop;
 mod flusher;
 mod health;
 mod lineage;
+mod link;
 mod local;
 mod observe;
+mod options;
 mod rule;
 mod synced;
 mod table;
 mod verdict;
 
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
-pub use engine::{Engine, EngineError, EngineOptions};
+pub use engine::{Engine, EngineError};
 pub use exact::breaker::BreakerState;
-pub use flusher::{
-    EARLY_SYNC_DELAY, FlushReport, FlushSummary, Spill, StateDir, StateError, run_flush_loop,
-};
+pub use flush_loop::{EARLY_SYNC_DELAY, run_flush_loop};
+pub use flusher::{FlushReport, FlushSummary, Spill, StateDir, StateError};
 pub use lineage::{Lineage, ReloadSummary};
 pub use observe::detailed::{DETAILED_VALUE_BYTES, DETAILED_VALUES};
 pub use observe::heavy::{DecisionCounts, HEAVY_SAMPLE, HEAVY_SLOTS, display_key};
@@ -51,5 +53,6 @@ pub use observe::telemetry::{
     BuildInfo, DECISION_BUCKETS, FLUSH_BUCKETS, METRIC_FAMILIES, MetricFamily, MetricKind,
     describe_metrics,
 };
+pub use options::EngineOptions;
 pub use synced::SMALL_LIMIT_SHARES;
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

@@ -13,9 +13,9 @@ use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
 use crate::exact::decisions::{Asked, ExactRule};
-use crate::flusher::{Flusher, count_store_error};
 use crate::health::StoreView;
 use crate::lineage::Lineage;
+use crate::link::{StoreLink, count_store_error};
 use crate::local::limiter::LocalLimiter;
 use crate::local::sketch::OverflowSketch;
 use crate::synced::SyncedRule;
@@ -133,10 +133,10 @@ impl RuleEngine {
 
     /// Decides one descriptor (its `entries`) at `now` for `cost`. Local rules never wait on
     /// I/O, nor do synced ones except for a limit too small to share; exact ones, and those,
-    /// ask the store through `flusher`.
+    /// ask the store through `link`.
     pub(crate) async fn check<K: AsRef<str>, V: AsRef<str>>(
         &self,
-        flusher: &Flusher,
+        link: &StoreLink,
         max_keys: usize,
         entries: &[(K, V)],
         now: Nanos,
@@ -172,61 +172,88 @@ impl RuleEngine {
                 Decision::InsufficientCapacity(InsufficientCapacity { cost, capacity: 0 }),
                 None,
             ),
-            RuleKind::Local(local) => with_key(values(), |key| {
-                if local.len() >= max_keys && !local.contains(key) {
-                    return self.overflow(key, now, cost, 1);
-                }
-                let d = local.check(key, now, cost);
-                let reason = matches!(d, Decision::Denied(_)).then_some(Reason::LocalBudget);
-                self.observe(key, reason.is_some(), now, cost);
-                (d, reason)
-            }),
+            RuleKind::Local(local) => self.check_local(local, values(), (now, cost, max_keys)),
             RuleKind::Synced(synced) => {
-                let store = flusher.view();
-                if let Some(decided) = self
-                    .decide_small_limit(synced, flusher, store, values(), (now, cost, max_keys))
-                    .await
-                {
+                // One view of the store for the whole decision.
+                let (store, at) = (link.view(), (now, cost, max_keys));
+                let small = self.decide_small_limit(synced, (link, store), values(), at);
+                if let Some(decided) = small.await {
                     return decided;
                 }
-                with_key(values(), |key| {
-                    if synced.keys.len() >= max_keys && !synced.keys.pin().contains_key(key) {
-                        // Untracked keys are never synced: each instance keeps to its share.
-                        let instances = synced.params.expected_instances;
-                        return self.overflow(key, now, cost, instances);
-                    }
-                    let (decision, reason, early) = synced.check(key, now, cost, store);
-                    if early {
-                        flusher.wake_early_sync();
-                    }
-                    self.observe(key, !decision.is_allowed(), now, cost);
-                    (decision, reason)
-                })
+                self.check_synced(synced, (link, store), values(), at)
             }
             RuleKind::Exact(exact) => {
-                let key = with_key(values(), str::to_owned);
-                let store_key = || -> Arc<str> {
-                    let values: SmallVec<[&str; 4]> = values().collect();
-                    CounterKey::new(&self.id, &values).as_str().into()
-                };
-                let (d, reason, error) = exact
-                    .check(
-                        &flusher.exact_calls(),
-                        &key,
-                        store_key(),
-                        now,
-                        cost,
-                        max_keys,
-                    )
-                    .await;
-                if let Some(e) = error {
-                    count_store_error(&e);
-                    tracing::debug!(rule = %self.id, error = %e, "exact-mode store call failed");
-                }
-                self.observe(&key, !d.is_allowed(), now, cost);
-                (d, reason)
+                self.check_exact(exact, link, values, (now, cost, max_keys))
+                    .await
             }
         }
+    }
+
+    /// A local rule decides in this process alone; keys beyond its cap go to its sketch.
+    fn check_local<'v>(
+        &self,
+        local: &LocalLimiter,
+        values: impl Iterator<Item = &'v str>,
+        (now, cost, max_keys): (Nanos, u64, usize),
+    ) -> (Decision, Option<Reason>) {
+        with_key(values, |key| {
+            if local.len() >= max_keys && !local.contains(key) {
+                return self.overflow(key, now, cost, 1);
+            }
+            let d = local.check(key, now, cost);
+            let reason = matches!(d, Decision::Denied(_)).then_some(Reason::LocalBudget);
+            self.observe(key, reason.is_some(), now, cost);
+            (d, reason)
+        })
+    }
+
+    /// A synced rule decides on its key's state, with no I/O; a key whose span's share is
+    /// spent wakes the flush loop for an early sync.
+    fn check_synced<'v>(
+        &self,
+        synced: &SyncedRule,
+        (link, store): (&StoreLink, StoreView),
+        values: impl Iterator<Item = &'v str>,
+        (now, cost, max_keys): (Nanos, u64, usize),
+    ) -> (Decision, Option<Reason>) {
+        with_key(values, |key| {
+            if synced.keys.len() >= max_keys && !synced.keys.pin().contains_key(key) {
+                // Untracked keys are never synced: each instance keeps to its share.
+                let instances = synced.params.expected_instances;
+                return self.overflow(key, now, cost, instances);
+            }
+            let (decision, reason, early) = synced.check(key, now, cost, store);
+            if early {
+                link.early.wake();
+            }
+            self.observe(key, !decision.is_allowed(), now, cost);
+            (decision, reason)
+        })
+    }
+
+    /// An exact rule asks the store for every decision (within its time budget and breaker).
+    async fn check_exact<'v, I: Iterator<Item = &'v str>>(
+        &self,
+        exact: &ExactRule,
+        link: &StoreLink,
+        values: impl Fn() -> I,
+        (now, cost, max_keys): (Nanos, u64, usize),
+    ) -> (Decision, Option<Reason>) {
+        let key = with_key(values(), str::to_owned);
+        let store_key: Arc<str> = {
+            let values: SmallVec<[&str; 4]> = values().collect();
+            CounterKey::new(&self.id, &values).as_str().into()
+        };
+        let calls = link.exact_calls();
+        let (d, reason, error) = exact
+            .check(&calls, &key, store_key, now, cost, max_keys)
+            .await;
+        if let Some(e) = error {
+            count_store_error(&e);
+            tracing::debug!(rule = %self.id, error = %e, "exact-mode store call failed");
+        }
+        self.observe(&key, !d.is_allowed(), now, cost);
+        (d, reason)
     }
 
     /// A synced rule whose limit is too small to share decides at the store (see
@@ -235,20 +262,19 @@ impl RuleEngine {
     async fn decide_small_limit<'v>(
         &self,
         synced: &SyncedRule,
-        flusher: &Flusher,
-        store: StoreView,
+        (link, store): (&StoreLink, StoreView),
         values: impl Iterator<Item = &'v str>,
         (now, cost, max_keys): (Nanos, u64, usize),
     ) -> Option<(Decision, Option<Reason>)> {
         // Checked first: only a small limit pays for the owned key.
-        if !synced.decides_at_store(store) || !flusher.runs_exact() {
+        if !synced.decides_at_store(store) || !link.runs_exact() {
             return None;
         }
         let key = with_key(values, str::to_owned);
         let decisions = synced.store_decides(store, &key, now)?;
         let store_key: Arc<str> = CounterKey::from_encoded(&self.id, &key).as_str().into();
         let asked = decisions
-            .ask(&flusher.exact_calls(), &key, store_key, now, cost, max_keys)
+            .ask(&link.exact_calls(), &key, store_key, now, cost, max_keys)
             .await;
         let (d, reason) = match asked {
             Asked::Decided(d, reason) => (d, reason),

@@ -5,12 +5,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use subtle::ConstantTimeEq as _;
+
+use crate::error::ServerError;
 
 /// A token read from a file. Its `Debug` never shows it.
 #[derive(Clone)]
@@ -24,22 +25,23 @@ impl std::fmt::Debug for Token {
 
 impl Token {
     /// Reads the token in `file` (surrounding whitespace removed; at least 16 bytes).
-    pub(crate) fn read(file: &Path, what: &str) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {what} {}", file.display()))?;
+    pub(crate) fn read(file: &Path, what: &str) -> Result<Self, ServerError> {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            ServerError::file_because(format!("cannot read {what} {}", file.display()), e)
+        })?;
         let token = text.trim();
         if token.len() < 16 {
-            anyhow::bail!(
+            return Err(ServerError::file(format!(
                 "{what} {} holds {} bytes; a token needs at least 16 (e.g. `openssl rand -hex 32`)",
                 file.display(),
                 token.len()
-            );
+            )));
         }
         if token.bytes().any(|b| !b.is_ascii_graphic()) {
-            anyhow::bail!(
+            return Err(ServerError::file(format!(
                 "{what} {} holds a character that cannot be sent in a header; use printable ASCII",
                 file.display()
-            );
+            )));
         }
         Ok(Self(Arc::from(token.as_bytes())))
     }

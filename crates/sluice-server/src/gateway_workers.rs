@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use sluice_config::{Gateway, ListenerLimits};
 use sluice_rls::SharedEngine;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, Buffering, Door, Doors};
+use crate::error::{Result, ServerError};
 use crate::guarded::ConnectionCap;
 use crate::listener::{protect, serve_http};
 use crate::service::Service;
@@ -31,7 +31,7 @@ pub(crate) struct Shared<'a> {
 pub(crate) fn start(
     gateway_listeners: Vec<(Vec<std::net::TcpListener>, Gateway)>,
     shared: &Shared<'_>,
-) -> anyhow::Result<tokio::task::JoinSet<anyhow::Result<()>>> {
+) -> Result<tokio::task::JoinSet<Result<()>>> {
     let Shared {
         engine,
         service,
@@ -66,7 +66,10 @@ pub(crate) fn start(
             // start instead of a worker.
             let (router, handle) =
                 sluice_http::reloadable_gateway((*engine).clone(), &gateway, geo.cloned())
-                    .with_context(|| format!("invalid gateway upstream `{}`", gateway.upstream))?;
+                    .map_err(|source| ServerError::Upstream {
+                        upstream: gateway.upstream.to_string(),
+                        source,
+                    })?;
             service.gateways.lock().push((gateway.listen, handle));
             // A response the client stops reading is cut after idle_timeout (admission/stalled.rs).
             let router = router.layer(axum::middleware::from_fn_with_state(
@@ -88,7 +91,7 @@ pub(crate) fn start(
             gateways.spawn_blocking(move || {
                 worker
                     .join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a gateway worker panicked")))
+                    .unwrap_or_else(|_| Err(ServerError::task("gateway worker", "it panicked")))
             });
         }
     }
@@ -107,7 +110,7 @@ pub(crate) fn cpus() -> usize {
 pub(crate) fn bind_workers(
     addr: std::net::SocketAddr,
     count: usize,
-) -> anyhow::Result<Vec<std::net::TcpListener>> {
+) -> Result<Vec<std::net::TcpListener>> {
     let open = |addr: std::net::SocketAddr, reuse_port: bool| -> std::io::Result<socket2::Socket> {
         let socket = socket2::Socket::new(
             socket2::Domain::for_address(addr),
@@ -120,20 +123,23 @@ pub(crate) fn bind_workers(
         socket.bind(&addr.into())?;
         Ok(socket)
     };
-    let context = || format!("cannot listen on {addr} (gateway); is another process using it?");
+    let failed = |source| ServerError::Listen {
+        listener: "gateway",
+        addr,
+        source,
+    };
     let bound = {
-        let probe = open(addr, false).with_context(context)?;
-        probe.listen(1).with_context(context)?;
-        probe
-            .local_addr()
-            .ok()
-            .and_then(|a| a.as_socket())
-            .with_context(context)?
+        let probe = open(addr, false).map_err(failed)?;
+        probe.listen(1).map_err(failed)?;
+        let local = probe.local_addr().map_err(failed)?;
+        local
+            .as_socket()
+            .ok_or_else(|| failed(std::io::Error::other("the socket has no IP address")))?
     };
     (0..count.max(1))
         .map(|_| {
-            let socket = open(bound, true).with_context(context)?;
-            socket.listen(1024).with_context(context)?;
+            let socket = open(bound, true).map_err(failed)?;
+            socket.listen(1024).map_err(failed)?;
             Ok(socket.into())
         })
         .collect()
@@ -150,20 +156,30 @@ fn spawn_gateway_worker(
     cap: ConnectionCap,
     tls: Option<tokio_rustls::TlsAcceptor>,
     stop: watch::Receiver<bool>,
-) -> anyhow::Result<std::thread::JoinHandle<anyhow::Result<()>>> {
+) -> Result<std::thread::JoinHandle<Result<()>>> {
     std::thread::Builder::new()
         .name(format!("gateway-{index}"))
         .spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .context("cannot start a gateway worker's runtime")?;
+                .map_err(|source| ServerError::Start {
+                    what: "cannot start a gateway worker's runtime",
+                    source,
+                })?;
             runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener)
-                    .context("cannot register the gateway listener")?;
+                let listener = tokio::net::TcpListener::from_std(listener).map_err(|source| {
+                    ServerError::Start {
+                        what: "cannot register the gateway listener",
+                        source,
+                    }
+                })?;
                 serve_http(listener, router, limits, cap, tls, stop).await;
                 Ok(())
             })
         })
-        .context("cannot start a gateway worker thread")
+        .map_err(|source| ServerError::Start {
+            what: "cannot start a gateway worker thread",
+            source,
+        })
 }

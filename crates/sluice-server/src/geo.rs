@@ -3,17 +3,19 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
 use sluice_config::GeoIpConfig;
 use sluice_http::GeoIp;
 use tokio::sync::watch;
 
+use crate::error::ServerError;
+
 /// Loads the databases `config` names (none without `geoip:`).
-pub(crate) fn open(config: Option<&GeoIpConfig>) -> anyhow::Result<Option<Arc<GeoIp>>> {
+pub(crate) fn open(config: Option<&GeoIpConfig>) -> Result<Option<Arc<GeoIp>>, ServerError> {
     let Some(config) = config else {
         return Ok(None);
     };
-    let geo = GeoIp::open(&config.databases).context("geoip.databases")?;
+    let geo = GeoIp::open(&config.databases)
+        .map_err(|e| ServerError::file_because("geoip.databases".to_owned(), e))?;
     tracing::info!(databases = ?config.databases, "geoip databases loaded");
     Ok(Some(Arc::new(geo)))
 }

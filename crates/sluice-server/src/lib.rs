@@ -4,7 +4,7 @@
 //! (`sluice-cli`) parses its arguments and calls [`run`].
 //!
 //! ```no_run
-//! # async fn serve() -> anyhow::Result<()> {
+//! # async fn serve() -> Result<(), sluice_server::ServerError> {
 //! // Runs until SIGTERM or Ctrl-C, then flushes and exits.
 //! sluice_server::run(std::path::Path::new("sluice.yaml")).await
 //! # }
@@ -15,6 +15,7 @@ mod admin;
 mod admission;
 pub mod build_info;
 mod door_metrics;
+mod error;
 mod gateway_workers;
 mod geo;
 mod guarded;
@@ -30,4 +31,5 @@ mod status;
 mod status_page;
 mod tls;
 
+pub use error::ServerError;
 pub use serve::{run, run_until};

@@ -9,7 +9,7 @@ use sluice_engine::{Engine, FlushReport, Spill, StateDir};
 pub(crate) fn open_state(
     lifecycle: &sluice_config::Lifecycle,
     engine: &Engine,
-) -> anyhow::Result<Option<Arc<StateDir>>> {
+) -> Result<Option<Arc<StateDir>>, crate::ServerError> {
     let Some(dir) = &lifecycle.state_dir else {
         return Ok(None);
     };

@@ -10,7 +10,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use sluice_config::{Gateway, ListenerLimits, ServiceConfig, StoreConfig};
@@ -29,6 +28,7 @@ use tonic::service::interceptor::InterceptedService;
 use crate::access::Token;
 use crate::admin::{admin_router, with_token};
 use crate::admission::{Admission, Buffering, Door, Doors};
+use crate::error::{Result, ServerError};
 use crate::guarded::ConnectionCap;
 use crate::lifecycle::{keep_spill, open_state, wait_for_termination};
 use crate::listener::{connection_budget, guarded_incoming, protect, serve_http};
@@ -38,13 +38,14 @@ use crate::service::Service;
 fn store_of(
     config: &ServiceConfig,
     clock: &Arc<dyn Clock>,
-) -> anyhow::Result<(Arc<dyn CounterStore>, bool)> {
+) -> Result<(Arc<dyn CounterStore>, bool)> {
     let tls_root_pem = config
         .store_ca_file
         .as_deref()
         .map(|f| {
-            std::fs::read(f)
-                .map_err(|e| anyhow::anyhow!("cannot read store_ca_file {}: {e}", f.display()))
+            std::fs::read(f).map_err(|e| {
+                ServerError::file_because(format!("cannot read store_ca_file {}", f.display()), e)
+            })
         })
         .transpose()?;
     let options = RedisStoreOptions {
@@ -73,19 +74,23 @@ fn store_of(
                 false,
             )
         }
-        other => anyhow::bail!("store {other:?} is not supported by this build"),
+        other => return Err(ServerError::UnsupportedStore(format!("{other:?}"))),
     })
 }
 
-async fn bind(what: &str, addr: std::net::SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
+async fn bind(listener: &'static str, addr: std::net::SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr)
         .await
-        .with_context(|| format!("cannot listen on {addr} ({what}); is another process using it?"))
+        .map_err(|source| ServerError::Listen {
+            listener,
+            addr,
+            source,
+        })
 }
 
 /// The Prometheus recorder, with histograms (not summaries: buckets add up across instances)
 /// and every family described and registered (see `sluice_engine::METRIC_FAMILIES`).
-fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+fn install_metrics() -> Result<PrometheusHandle> {
     use metrics_exporter_prometheus::Matcher;
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
@@ -98,22 +103,28 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
                 sluice_engine::DECISION_BUCKETS,
             )
         })
-        .context("cannot set the metrics' histogram buckets")?
+        .map_err(|source| ServerError::Metrics {
+            what: "cannot set the metrics' histogram buckets",
+            source,
+        })?
         .install_recorder()
-        .context("cannot install the metrics recorder")?;
+        .map_err(|source| ServerError::Metrics {
+            what: "cannot install the metrics recorder",
+            source,
+        })?;
     sluice_engine::describe_metrics(crate::build_info::metric_labels());
     Ok(handle)
 }
 
 /// Runs until SIGTERM or Ctrl-C.
-pub async fn run(config_path: &Path) -> anyhow::Result<()> {
+pub async fn run(config_path: &Path) -> Result<()> {
     run_until(config_path, wait_for_termination()).await
 }
 
 /// Runs until `stop` completes, then shuts down as on SIGTERM: no new connections, a flush
 /// while calls in flight finish (within `shutdown_timeout`), a last flush and the spill. One
 /// service per process: the metrics recorder it installs is the process's.
-pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> Result<()> {
     let config = sluice_config::load(config_path)?;
     crate::rule_listing::log_warnings(&config);
     let prometheus = install_metrics()?;
@@ -161,11 +172,12 @@ pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> an
     let mut gateways = front.gateways(&config, sockets.gateways, &service, &access)?;
     let servers = tokio::spawn(async move {
         let ((), (), g) = tokio::join!(http, admin, grpc);
-        g.context("grpc listener")?;
+        g.map_err(|e| ServerError::task("grpc listener", e))?;
         while let Some(done) = gateways.join_next().await {
-            done.context("gateway task")?.context("gateway worker")?;
+            let worker = done.map_err(|e| ServerError::task("gateway task", e))?;
+            worker.map_err(|e| ServerError::task("gateway worker", e))?;
         }
-        anyhow::Ok(())
+        Ok::<(), ServerError>(())
     });
     stop.await;
     let running = Running {
@@ -189,7 +201,7 @@ struct Built {
 }
 
 /// Connects the store and builds the engine on it with the config's rules.
-fn build_engine(config: &ServiceConfig, clock: Arc<dyn Clock>) -> anyhow::Result<Built> {
+fn build_engine(config: &ServiceConfig, clock: Arc<dyn Clock>) -> Result<Built> {
     let (store, store_is_memory) = store_of(config, &clock)?;
     let description = store.describe();
     let engine = Engine::new(
@@ -233,7 +245,7 @@ struct Access {
 }
 
 impl Access {
-    fn read(config: &ServiceConfig) -> anyhow::Result<Self> {
+    fn read(config: &ServiceConfig) -> Result<Self> {
         let admin_token = config
             .access
             .admin_token_file
@@ -272,7 +284,7 @@ struct Sockets {
 }
 
 impl Sockets {
-    async fn bind(config: &ServiceConfig) -> anyhow::Result<Self> {
+    async fn bind(config: &ServiceConfig) -> Result<Self> {
         let http = bind("http", config.listen.http).await?;
         let grpc = bind("grpc", config.listen.grpc).await?;
         let admin = bind("admin", config.listen.admin).await?;
@@ -428,7 +440,7 @@ impl FrontDoors {
         sockets: Vec<(Vec<std::net::TcpListener>, Gateway)>,
         service: &Arc<Service>,
         access: &Access,
-    ) -> anyhow::Result<tokio::task::JoinSet<anyhow::Result<()>>> {
+    ) -> Result<tokio::task::JoinSet<Result<()>>> {
         let geo = crate::geo::open(config.geoip.as_ref())?;
         if let (Some(geo), Some(geoip)) = (&geo, &config.geoip) {
             crate::geo::watch(geo.clone(), geoip, self.stop.clone());
@@ -502,7 +514,7 @@ struct Running {
     /// Turns true at shutdown: the listeners stop accepting.
     stop: watch::Sender<bool>,
     /// Every listener's task, done when their calls in flight are.
-    servers: JoinHandle<anyhow::Result<()>>,
+    servers: JoinHandle<Result<()>>,
     /// Tells the flush loop the calls are done: its last flush.
     calls_done: oneshot::Sender<()>,
     flusher: JoinHandle<FlushReport>,
@@ -517,7 +529,7 @@ impl Running {
         engine: &SharedEngine,
         timeout: Duration,
         state: Option<&StateDir>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         tracing::info!(
             ?timeout,
             "shutting down: no new connections; flushing now and while calls in flight finish"
@@ -528,7 +540,7 @@ impl Running {
             tokio::spawn(async move { engine.flush().await })
         };
         let served = match tokio::time::timeout(timeout, self.servers).await {
-            Ok(served) => served.context("listener task")?,
+            Ok(served) => served.map_err(|e| ServerError::task("listener task", e))?,
             Err(_) => {
                 tracing::warn!(
                     ?timeout,
@@ -540,7 +552,10 @@ impl Running {
         let _ = first_flush.await;
         let _ = self.calls_done.send(());
         let _ = self.reloader.await;
-        let report = self.flusher.await.context("flush task")?;
+        let report = self
+            .flusher
+            .await
+            .map_err(|e| ServerError::task("flush task", e))?;
         let engine = engine.load_full();
         engine.leave_fleet().await;
         let spill = engine.spill().await;

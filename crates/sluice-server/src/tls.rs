@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sluice_config::TlsFiles;
@@ -17,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use crate::error::ServerError;
 use crate::guarded::Guarded;
 
 /// ALPN for HTTP listeners (either version) and for gRPC (HTTP/2 only).
@@ -24,38 +24,42 @@ pub(crate) const HTTP_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
 pub(crate) const GRPC_ALPN: &[&[u8]] = &[b"h2"];
 
 /// An acceptor for `files`, offering `alpn`. Errors name the file and what is wrong with it.
-pub(crate) fn acceptor(files: &TlsFiles, alpn: &[&[u8]]) -> anyhow::Result<TlsAcceptor> {
+pub(crate) fn acceptor(files: &TlsFiles, alpn: &[&[u8]]) -> Result<TlsAcceptor, ServerError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert_file)
         .and_then(Iterator::collect)
-        .with_context(|| {
-            format!(
+        .map_err(|e| {
+            let what = format!(
                 "access.tls_cert_file {}: cannot read PEM certificates",
                 files.cert_file.display()
-            )
+            );
+            ServerError::file_because(what, e)
         })?;
-    anyhow::ensure!(
-        !certs.is_empty(),
-        "access.tls_cert_file {}: no certificate in the file",
-        files.cert_file.display()
-    );
-    let key = PrivateKeyDer::from_pem_file(&files.key_file).with_context(|| {
-        format!(
+    if certs.is_empty() {
+        return Err(ServerError::file(format!(
+            "access.tls_cert_file {}: no certificate in the file",
+            files.cert_file.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key_file).map_err(|e| {
+        let what = format!(
             "access.tls_key_file {}: cannot read a PEM private key (PKCS#8, PKCS#1 or SEC1)",
             files.key_file.display()
-        )
+        );
+        ServerError::file_because(what, e)
     })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
+        .map_err(|e| ServerError::file_because("TLS protocol versions".to_owned(), e))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .with_context(|| {
-            format!(
+        .map_err(|e| {
+            let what = format!(
                 "access.tls_cert_file {} and tls_key_file {} do not make a usable pair",
                 files.cert_file.display(),
                 files.key_file.display()
-            )
+            );
+            ServerError::file_because(what, e)
         })?;
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(TlsAcceptor::from(Arc::new(config)))

@@ -18,6 +18,7 @@
 //! ```
 
 pub mod classes;
+mod fleet;
 mod plot;
 mod policy;
 mod report;

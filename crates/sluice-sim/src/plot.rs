@@ -135,6 +135,19 @@ fn write_both(
 /// synced policy) and `instances` (the live instances it saw, and the seed's node estimate),
 /// each as `.svg` and `.png`.
 pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    register_bundled_font();
+    let mut out = Vec::new();
+    for (name, chart) in window_charts(report)
+        .into_iter()
+        .chain(estimate_charts(report))
+    {
+        write_both(dir, name, &chart, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// The bundled font, registered once for every plot.
+fn register_bundled_font() {
     static FONT: Once = Once::new();
     FONT.call_once(|| {
         // The bundled font is a valid TrueType file; if it were not, text would be missing
@@ -145,7 +158,10 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
             include_bytes!("../fonts/DejaVuSansMono.ttf"),
         );
     });
-    let mut out = Vec::new();
+}
+
+/// `admitted` and `over_admission`: a value per window and policy.
+fn window_charts(report: &Report) -> [(&'static str, Chart<'static>); 2] {
     let limit = report.limit as f64;
     let window_min = report.window_s as f64 / 60.0;
     let per_window = |values: &dyn Fn(&crate::PolicyReport) -> Vec<f64>| {
@@ -166,33 +182,28 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
         "{} per {} s, {} nodes, {} spans",
         report.limit, report.window_s, report.nodes, report.spans
     );
-    write_both(
-        dir,
-        "admitted",
-        &Chart {
-            title: format!(
-                "admitted per window, key {} ({title_tail})",
-                report.busiest_key
-            ),
-            x_label: "minutes",
-            y_label: "admitted in the window",
-            series: per_window(&|p| p.busiest_key_admitted.iter().map(|&a| a as f64).collect()),
-            reference: Some(("limit".to_owned(), limit)),
-        },
-        &mut out,
-    )?;
-    write_both(
-        dir,
-        "over_admission",
-        &Chart {
-            title: format!("largest over-admission per window ({title_tail})"),
-            x_label: "minutes",
-            y_label: "% of the limit",
-            series: per_window(&|p| p.over_by_window_pct.clone()),
-            reference: None,
-        },
-        &mut out,
-    )?;
+    let admitted = Chart {
+        title: format!(
+            "admitted per window, key {} ({title_tail})",
+            report.busiest_key
+        ),
+        x_label: "minutes",
+        y_label: "admitted in the window",
+        series: per_window(&|p| p.busiest_key_admitted.iter().map(|&a| a as f64).collect()),
+        reference: Some(("limit".to_owned(), limit)),
+    };
+    let over = Chart {
+        title: format!("largest over-admission per window ({title_tail})"),
+        x_label: "minutes",
+        y_label: "% of the limit",
+        series: per_window(&|p| p.over_by_window_pct.clone()),
+        reference: None,
+    };
+    [("admitted", admitted), ("over_admission", over)]
+}
+
+/// `estimates` and `instances`: what the observer node knew over time, per synced policy.
+fn estimate_charts(report: &Report) -> [(&'static str, Chart<'static>); 2] {
     let synced: Vec<_> = report
         .policies
         .iter()
@@ -207,21 +218,16 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
             })
             .collect::<Vec<_>>()
     };
-    write_both(
-        dir,
-        "estimates",
-        &Chart {
-            title: format!(
-                "node 0's estimate of the global count, key {}",
-                report.busiest_key
-            ),
-            x_label: "minutes",
-            y_label: "requests in the window",
-            series: over_time(&|e| e.estimate),
-            reference: Some(("limit".to_owned(), limit)),
-        },
-        &mut out,
-    )?;
+    let estimates = Chart {
+        title: format!(
+            "node 0's estimate of the global count, key {}",
+            report.busiest_key
+        ),
+        x_label: "minutes",
+        y_label: "requests in the window",
+        series: over_time(&|e| e.estimate),
+        reference: Some(("limit".to_owned(), report.limit as f64)),
+    };
     let mut live = over_time(&|e| e.live_instances as f64);
     // The reactive policy writes no per-instance entries: only its node estimate means anything.
     live.retain(|(n, _, _)| !n.starts_with("reactive"));
@@ -237,20 +243,15 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
             .into_iter()
             .filter(|(n, _, _)| n.starts_with("reactive")),
     );
-    write_both(
-        dir,
-        "instances",
-        &Chart {
-            title: format!(
-                "instances seen by node {}, key {}",
-                report.observer_node, report.busiest_key
-            ),
-            x_label: "minutes",
-            y_label: "instances",
-            series: live,
-            reference: Some(("nodes".to_owned(), report.nodes as f64)),
-        },
-        &mut out,
-    )?;
-    Ok(out)
+    let instances = Chart {
+        title: format!(
+            "instances seen by node {}, key {}",
+            report.observer_node, report.busiest_key
+        ),
+        x_label: "minutes",
+        y_label: "instances",
+        series: live,
+        reference: Some(("nodes".to_owned(), report.nodes as f64)),
+    };
+    [("estimates", estimates), ("instances", instances)]
 }

@@ -11,37 +11,14 @@
 //! latency would change its response time, not what is admitted.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
-use sluice_core::{Clock, ManualClock};
-use sluice_engine::{Engine, EngineOptions, FlushReport};
-use sluice_store::MemoryStore;
-
+use crate::fleet::{Fleet, NS, Timers, ready};
 use crate::policy::POLICIES;
 use crate::report::{EstimateSample, PolicyReport, Report};
 use crate::scenario::Scenario;
 use crate::tally::{KeyCount, Tally};
-use crate::traffic::{Arrival, Generated, Rng, generate};
-
-const NS: u64 = 1_000_000_000;
-/// How often an in-flight flush is polled, simulated nanoseconds.
-const POLL_NS: u64 = 5_000_000;
-
-fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(Waker::noop()))
-}
-
-fn ready<F: Future>(f: F) -> F::Output {
-    match poll_once(std::pin::pin!(f)) {
-        Poll::Ready(v) => v,
-        Poll::Pending => unreachable!("the simulator adds latency to flushes only"),
-    }
-}
+use crate::traffic::{Arrival, Generated, generate};
 
 /// The rule file (domain `sim`, descriptor `key`) the simulator runs `policy` with: what real
 /// processes need to run the same rule.
@@ -88,26 +65,8 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-type Flight<'e> = Pin<Box<dyn Future<Output = FlushReport> + 'e>>;
-
-/// A simulated node's timer state.
-struct NodeTimer<'e> {
-    /// Next time its timer fires, ns since the start (true time).
-    next: u64,
-    inflight: Option<Flight<'e>>,
-    /// When its early sync goes (keys asked for one), ns since the start.
-    early: Option<u64>,
-    final_sent: bool,
-    gone: bool,
-}
-
-impl NodeTimer<'_> {
-    /// Its next event: the timer or an early sync.
-    fn due(&self) -> u64 {
-        self.early.map_or(self.next, |e| e.min(self.next))
-    }
-}
-
+/// Simulates `policy` on `traffic`: every request decided by its node's engine at its time,
+/// the nodes' flush timers fired in between, the true counts kept alongside.
 fn simulate(
     policy: &str,
     s: &Scenario,
@@ -116,93 +75,22 @@ fn simulate(
     progress: &mut dyn FnMut(u64),
 ) -> PolicyReport {
     let window_ns = s.rule.window_s * NS;
-    let span_ns = window_ns / u64::from(s.rule.spans);
-    let tick_ns = span_ns.clamp(1, NS);
     let t0 = 1_800_000_000_000_000_000u64.div_ceil(window_ns) * window_ns;
-    let duration = s.duration_s * NS;
-    let rules = rules_for(policy, s);
-    let store_clock = ManualClock::new(t0);
-    let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
-    let mut latency_rng = Rng::seeded(s.seed, 0xfeed);
-    let mut sample_latency = || -> Duration {
-        let Some(l) = s.store.latency_ms else {
-            return Duration::ZERO;
-        };
-        let ms = match l.p99 {
-            Some(p99) if p99 > l.median && l.median > 0.0 => {
-                let sigma = (p99 / l.median).ln() / 2.326;
-                (l.median.ln() + sigma * latency_rng.normal()).exp()
-            }
-            _ => l.median,
-        };
-        Duration::from_secs_f64((ms / 1000.0).min(600.0))
-    };
-    let skew_of = |i: usize| s.nodes.skew_ms.get(i).copied().unwrap_or(0) * 1_000_000;
-    let skews: Vec<i64> = (0..s.nodes.count).map(skew_of).collect();
-    let clocks: Vec<ManualClock> = skews
-        .iter()
-        .map(|&skew| ManualClock::new(t0.saturating_add_signed(skew)))
-        .collect();
-    let engines: Vec<Engine> = (0..s.nodes.count)
-        .map(|i| {
-            Engine::new(
-                &rules,
-                &Default::default(),
-                store.clone(),
-                Arc::new(clocks[i].clone()) as Arc<dyn Clock>,
-                EngineOptions {
-                    node_id: Some(format!("node-{i}")),
-                    expected_instances: s.nodes.expected.unwrap_or(1),
-                    // Futures are polled here on manual clocks: no tokio timers.
-                    exact_budget_timer: false,
-                    follow_store_clock: s.store.clock,
-                    ..EngineOptions::default()
-                },
-            )
-        })
-        .collect();
-    // The nodes that start with the run have been up for a moment, as a fleet usually has:
-    // each has announced itself and heard how many there are (two rounds, so that the first
-    // to announce hears of the others too).
-    for _ in 0..2 {
-        for (i, engine) in engines.iter().enumerate() {
-            if s.nodes.join_s.get(i).copied().unwrap_or(0) == 0 {
-                ready(engine.announce());
-            }
-        }
-    }
-    let mut timers: Vec<NodeTimer<'_>> = (0..s.nodes.count)
-        .map(|i| NodeTimer {
-            next: s.nodes.join_s.get(i).copied().unwrap_or(0) * NS,
-            inflight: None,
-            early: None,
-            final_sent: false,
-            gone: false,
-        })
-        .collect();
-    let set_store = |x: u64| {
-        store_clock.set(t0 + x);
-        let secs = x / NS;
-        store.set_available(!s.store.outages.iter().any(|&(a, b)| (a..b).contains(&secs)));
-    };
-    let busiest_request = [[(
-        "key",
-        traffic
-            .keys
-            .get(busiest as usize)
-            .map_or("", String::as_str),
-    )]];
-    let mut estimates = Vec::new();
-    let sliding = policy == "predictive_sliding";
+    let fleet = Fleet::new(&rules_for(policy, s), s, t0);
+    let busiest_key = traffic
+        .keys
+        .get(busiest as usize)
+        .map_or("", String::as_str);
+    let mut timers = Timers::new(&fleet, s, (observer, busiest_key));
     let mut tally = Tally {
         limit: s.rule.limit,
         busiest,
         over: Vec::new(),
         over_first: Vec::new(),
         over_warm: Vec::new(),
-        over_by_window: BTreeMap::new(),
-        admitted_by_window: BTreeMap::new(),
-        busiest_series: BTreeMap::new(),
+        over_by_window: Default::default(),
+        admitted_by_window: Default::default(),
+        busiest_series: Default::default(),
         counts: vec![KeyCount::default(); traffic.keys.len()],
         closed: Vec::new(),
         first_window: t0 / window_ns,
@@ -210,193 +98,73 @@ fn simulate(
         full_at: vec![None; traffic.attacks.len()],
         reactions: vec![None; traffic.attacks.len()],
     };
-
-    // Fires every node timer due up to `until`, in time order.
-    // Early syncs the engines asked for, taken into the node timers by `advance`.
-    let early_asks: Vec<std::cell::Cell<Option<u64>>> =
-        (0..s.nodes.count).map(|_| Default::default()).collect();
-    let mut advance = |until: u64| {
-        for (timer, ask) in timers.iter_mut().zip(&early_asks) {
-            if let Some(at) = ask.take() {
-                timer.early = Some(timer.early.map_or(at, |e| e.min(at)));
-            }
-        }
-        loop {
-            let Some((i, x)) = timers
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| !n.gone)
-                .map(|(i, n)| (i, n.due()))
-                .min_by_key(|&(i, x)| (x, i))
-            else {
-                return;
-            };
-            if x > until {
-                return;
-            }
-            set_store(x);
-            clocks[i].set((t0 + x).saturating_add_signed(skews[i]));
-            let node = &mut timers[i];
-            if node.early.is_some_and(|e| e == x && e < node.next) {
-                // The early sync, as `run_flush_loop` sends it: after the flush in flight.
-                if let Some(f) = node.inflight.as_mut()
-                    && poll_once(f.as_mut()).is_ready()
-                {
-                    node.inflight = None;
-                }
-                if node.inflight.is_some() {
-                    node.early = Some(x + POLL_NS);
-                    continue;
-                }
-                node.early = None;
-                store.set_clock_latency(sample_latency());
-                let mut fut: Flight<'_> = Box::pin(engines[i].flush_early());
-                if poll_once(fut.as_mut()).is_pending() {
-                    node.inflight = Some(fut);
-                    node.next = node.next.min(x + POLL_NS);
-                }
-                store.set_clock_latency(Duration::ZERO);
-                continue;
-            }
-            let leaving = s
-                .nodes
-                .leave_s
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|l| x >= l * NS);
-            if let Some(f) = node.inflight.as_mut()
-                && poll_once(f.as_mut()).is_ready()
-            {
-                node.inflight = None;
-            }
-            let boundary = node.inflight.is_none();
-            if node.inflight.is_none() {
-                let fut: Flight<'_> = if leaving {
-                    if node.final_sent {
-                        node.gone = true;
-                        continue;
-                    }
-                    node.final_sent = true;
-                    Box::pin(engines[i].flush())
-                } else {
-                    Box::pin(engines[i].flush_due())
-                };
-                store.set_clock_latency(sample_latency());
-                let mut fut = fut;
-                if poll_once(fut.as_mut()).is_pending() {
-                    node.inflight = Some(fut);
-                }
-                store.set_clock_latency(Duration::ZERO);
-            }
-            if boundary
-                && i == observer
-                && !leaving
-                && let Some(info) = engines[i].key_info("sim", &busiest_request[0]).first()
-            {
-                estimates.push(EstimateSample {
-                    t_s: x as f64 / 1e9,
-                    estimate: (info.estimate * 100.0).round() / 100.0,
-                    others_read: info.others_read,
-                    node_estimate: info.node_estimate,
-                    live_instances: info.live_instances,
-                });
-            }
-            let node = &mut timers[i];
-            if node.early.is_none() && engines[i].early_sync_wanted() {
-                // A flush reply asked for an early sync (`run_flush_loop` wakes at once, and
-                // waits until the engine's clock reads `early_sync_not_before`).
-                let shift = skews[i].saturating_add(engines[i].clock_offset_ns());
-                let not_before = engines[i]
-                    .early_sync_not_before()
-                    .saturating_add_signed(-shift)
-                    .saturating_sub(t0);
-                let delay = sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64;
-                node.early = Some((x + delay).max(not_before));
-            }
-            node.next = if node.inflight.is_some() || (leaving && !node.gone) {
-                x + POLL_NS
-            } else {
-                // The node's next tick on its engine's clock (its own, corrected by the offset
-                // to the store's it measured), in true time, as `run_flush_loop` ticks.
-                let shift = skews[i].saturating_add(engines[i].clock_offset_ns());
-                let local = (t0 + x).saturating_add_signed(shift);
-                let next_local = (local / tick_ns + 1) * tick_ns;
-                next_local
-                    .saturating_add_signed(-shift)
-                    .saturating_sub(t0)
-                    .max(x + 1)
-            };
-        }
-    };
-
+    let window = (window_ns, policy == "predictive_sliding");
     let (mut admitted, mut false_denials) = (0u64, 0u64);
     for (n, &Arrival { t, node, key, cost }) in traffic.arrivals.iter().enumerate() {
         if n % 4096 == 4095 {
             progress(4096);
         }
-        advance(t);
-        set_store(t);
-        clocks[node as usize].set((t0 + t).saturating_add_signed(skews[node as usize]));
-        let now = t0 + t;
-        let window = now / window_ns;
+        timers.advance(t);
+        fleet.set_store(t);
+        fleet.set_clock(node as usize, t);
+        let engine = &fleet.engines[node as usize];
         let request = [[("key", traffic.keys[key as usize].as_str())]];
-        let verdict = ready(engines[node as usize].check("sim", &request, u64::from(cost)))
-            .expect("the sim domain exists");
-        let ask = &early_asks[node as usize];
-        if ask.get().is_none() && engines[node as usize].early_sync_wanted() {
-            ask.set(Some(t + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64));
+        let verdict =
+            ready(engine.check("sim", &request, u64::from(cost))).expect("the sim domain exists");
+        if engine.early_sync_wanted() {
+            let at = t + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64;
+            timers.ask_early(node as usize, at);
         }
-        let count = tally.at(key, window);
-        count.offered += u64::from(cost);
-        if verdict.allowed {
-            count.current += u64::from(cost);
-            admitted += 1;
-            let over = count.current > s.rule.limit;
-            *tally
-                .admitted_by_window
-                .entry(window - tally.first_window)
-                .or_default() += u64::from(cost);
-            if over {
-                for (a, &(attacker, start)) in tally.attacks.iter().enumerate() {
-                    if attacker == key && t >= start && tally.full_at[a].is_none() {
-                        tally.full_at[a] = Some(t);
-                    }
-                }
-            }
-        } else {
-            let in_window = if sliding {
-                let elapsed = (now % window_ns) as f64 / window_ns as f64;
-                count.previous as f64 * (1.0 - elapsed) + count.current as f64
-            } else {
-                count.current as f64
-            };
-            if in_window + f64::from(cost) <= s.rule.limit as f64 {
-                false_denials += 1;
-            }
-            for (a, &(attacker, start)) in tally.attacks.iter().enumerate() {
-                if attacker == key && t >= start && tally.reactions[a].is_none() {
-                    tally.reactions[a] = Some(tally.full_at[a].map_or(0, |f| t - f));
-                }
-            }
-        }
+        let decided = (u64::from(cost), verdict.allowed);
+        admitted += u64::from(verdict.allowed);
+        false_denials += u64::from(tally.record((key, t, t0 + t), decided, window));
     }
     progress(traffic.arrivals.len() as u64 % 4096);
-    advance(duration);
+    timers.advance(s.duration_s * NS);
     for key in 0..tally.counts.len() {
         let c = tally.counts[key];
         tally.close(key as u32, c);
     }
-    let mut over = std::mem::take(&mut tally.over);
-    over.sort_by(f64::total_cmp);
-    let (mut first, mut warm) = (
-        std::mem::take(&mut tally.over_first),
-        std::mem::take(&mut tally.over_warm),
+    let estimates = std::mem::take(&mut timers.estimates);
+    let outcome = Outcome {
+        admitted,
+        false_denials,
+        store_ops: fleet.store.operations(),
+        store_commands: fleet.store.commands(),
+        estimates,
+    };
+    report_of(policy, s, traffic, tally, outcome)
+}
+
+/// What a simulation counted besides the tally.
+struct Outcome {
+    admitted: u64,
+    false_denials: u64,
+    store_ops: u64,
+    store_commands: u64,
+    estimates: Vec<EstimateSample>,
+}
+
+/// A policy's figures from its simulation's tally and outcome.
+fn report_of(
+    policy: &str,
+    s: &Scenario,
+    traffic: &Generated,
+    mut tally: Tally<'_>,
+    outcome: Outcome,
+) -> PolicyReport {
+    let sorted = |v: &mut Vec<f64>| {
+        let mut v = std::mem::take(v);
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let (over, first, warm) = (
+        sorted(&mut tally.over),
+        sorted(&mut tally.over_first),
+        sorted(&mut tally.over_warm),
     );
-    first.sort_by(f64::total_cmp);
-    warm.sort_by(f64::total_cmp);
+    let max = |v: &[f64]| v.last().copied().unwrap_or(0.0);
     let requests = traffic.arrivals.len() as u64;
-    let ops = store.operations();
     let per_request = |x: u64| {
         if requests == 0 {
             0.0
@@ -404,13 +172,20 @@ fn simulate(
             x as f64 / requests as f64
         }
     };
-    let windows = (duration.div_ceil(window_ns)) as usize;
+    let windows = (s.duration_s * NS).div_ceil(s.rule.window_s * NS);
+    let reaction = if tally.reactions.iter().any(Option::is_none) {
+        None
+    } else {
+        let slowest = tally.reactions.iter().flatten().max();
+        slowest.map(|&ns| ns as f64 / 1e9)
+    };
+    let ops = outcome.store_ops;
     PolicyReport {
         policy: policy.to_owned(),
         requests,
-        admitted,
+        admitted: outcome.admitted,
         windows: over.len() as u64,
-        over_max_pct: over.last().copied().unwrap_or(0.0),
+        over_max_pct: max(&over),
         over_mean_pct: if over.is_empty() {
             0.0
         } else {
@@ -418,36 +193,21 @@ fn simulate(
         },
         over_p99_pct: percentile(&over, 0.99),
         first_windows: first.len() as u64,
-        first_over_max_pct: first.last().copied().unwrap_or(0.0),
+        first_over_max_pct: max(&first),
         first_over_p99_pct: percentile(&first, 0.99),
-        warm_over_max_pct: warm.last().copied().unwrap_or(0.0),
+        warm_over_max_pct: max(&warm),
         warm_over_p99_pct: percentile(&warm, 0.99),
-        false_denials,
-        false_denial_pct: per_request(false_denials) * 100.0,
-        attack_reaction_s: if tally.reactions.iter().any(Option::is_none) {
-            None
-        } else {
-            tally
-                .reactions
-                .iter()
-                .flatten()
-                .max()
-                .map(|&ns| ns as f64 / 1e9)
-        },
+        false_denials: outcome.false_denials,
+        false_denial_pct: per_request(outcome.false_denials) * 100.0,
+        attack_reaction_s: reaction,
         store_ops: ops,
         store_ops_per_s: ops as f64 / s.duration_s as f64,
         store_ops_per_request: per_request(ops),
-        store_commands_per_request: per_request(store.commands()),
-        busiest_key_admitted: (0..windows as u64)
-            .map(|w| tally.busiest_series.get(&w).copied().unwrap_or(0))
-            .collect(),
-        admitted_by_window: (0..windows as u64)
-            .map(|w| tally.admitted_by_window.get(&w).copied().unwrap_or(0))
-            .collect(),
-        over_by_window_pct: (0..windows as u64)
-            .map(|w| tally.over_by_window.get(&w).copied().unwrap_or(0.0))
-            .collect(),
-        estimates,
+        store_commands_per_request: per_request(outcome.store_commands),
+        busiest_key_admitted: series(&tally.busiest_series, windows),
+        admitted_by_window: series(&tally.admitted_by_window, windows),
+        over_by_window_pct: series(&tally.over_by_window, windows),
+        estimates: outcome.estimates,
         classes: crate::classes::by_class(
             tally
                 .closed
@@ -456,6 +216,13 @@ fn simulate(
             s.rule.limit,
         ),
     }
+}
+
+/// `map`'s value for each of `windows` windows (none: the default).
+fn series<T: Copy + Default>(map: &BTreeMap<u64, T>, windows: u64) -> Vec<T> {
+    (0..windows)
+        .map(|w| map.get(&w).copied().unwrap_or_default())
+        .collect()
 }
 
 /// The key with the most requests, and the node that sees most of them.

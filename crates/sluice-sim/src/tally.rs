@@ -69,6 +69,50 @@ impl Tally<'_> {
         }
     }
 
+    /// One request of `key` at `t` (ns since the start; `now` on the true clock) costing
+    /// `cost`, admitted or not, in windows of `window_ns` (weighted as a sliding window does
+    /// with `sliding`). Returns whether it was a false denial: refused though the key's true
+    /// count in the window had room for it.
+    pub(crate) fn record(
+        &mut self,
+        (key, t, now): (u32, u64, u64),
+        (cost, allowed): (u64, bool),
+        (window_ns, sliding): (u64, bool),
+    ) -> bool {
+        let window = now / window_ns;
+        let limit = self.limit;
+        let count = self.at(key, window);
+        count.offered += cost;
+        if allowed {
+            count.current += cost;
+            let over = count.current > limit;
+            *self
+                .admitted_by_window
+                .entry(window - self.first_window)
+                .or_default() += cost;
+            if over {
+                for (a, &(attacker, start)) in self.attacks.iter().enumerate() {
+                    if attacker == key && t >= start && self.full_at[a].is_none() {
+                        self.full_at[a] = Some(t);
+                    }
+                }
+            }
+            return false;
+        }
+        let in_window = if sliding {
+            let elapsed = (now % window_ns) as f64 / window_ns as f64;
+            count.previous as f64 * (1.0 - elapsed) + count.current as f64
+        } else {
+            count.current as f64
+        };
+        for (a, &(attacker, start)) in self.attacks.iter().enumerate() {
+            if attacker == key && t >= start && self.reactions[a].is_none() {
+                self.reactions[a] = Some(self.full_at[a].map_or(0, |f| t - f));
+            }
+        }
+        in_window + cost as f64 <= limit as f64
+    }
+
     /// The key's count moved to `window`.
     pub(crate) fn at(&mut self, key: u32, window: u64) -> &mut KeyCount {
         let c = self.counts[key as usize];

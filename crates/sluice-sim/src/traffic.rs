@@ -191,32 +191,25 @@ pub fn requests(s: &Scenario) -> Vec<Request> {
         .collect()
 }
 
-/// Generates the requests; the same scenario gives the same list.
+/// Generates the requests; the same scenario gives the same list. Each generator draws from
+/// its own random stream, so one generator's requests do not depend on the others'.
+// Over 80 lines on purpose: one arm per kind of generator, each only unpacking its fields
+// for the `Sink` method that generates it.
 pub(crate) fn generate(s: &Scenario) -> Generated {
     let duration = s.duration_s * NS;
-    let live = Live::new(&s.nodes);
-    let mut keys = Keys {
-        names: Vec::new(),
-        index: HashMap::new(),
+    let mut sink = Sink {
+        duration,
+        live: Live::new(&s.nodes),
+        keys: Keys {
+            names: Vec::new(),
+            index: HashMap::new(),
+        },
+        out: Vec::new(),
+        attacks: Vec::new(),
     };
-    let mut out = Vec::new();
-    let mut attacks = Vec::new();
     let mut traces = s.traces.iter();
-    let window = |start: u64, end: Option<u64>| {
-        (start * NS, end.map_or(duration, |e| (e * NS).min(duration)))
-    };
     for (g, traffic) in s.traffic.iter().enumerate() {
-        let mut rng = Rng::seeded(s.seed, g as u64);
-        let mut push = |t: u64, node: Option<usize>, key: u32| {
-            if let Some(node) = node {
-                out.push(Arrival {
-                    t,
-                    node: node as u32,
-                    key,
-                    cost: 1,
-                });
-            }
-        };
+        let rng = &mut Rng::seeded(s.seed, g as u64);
         match traffic {
             Traffic::Steady {
                 rate,
@@ -226,12 +219,9 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 end_s,
                 prefix,
             } if *rate > 0.0 => {
-                let ids = keys.range(prefix.as_deref(), *n);
-                let (start, end) = window(*start_s, *end_s);
-                poisson(&mut rng, *rate, start, end, |rng, t| {
-                    let node = pick(rng, live.at(t), weights);
-                    push(t, node, ids[rng.below(*n) as usize]);
-                });
+                let ids = sink.keys.range(prefix.as_deref(), *n);
+                let span = sink.window(*start_s, *end_s);
+                sink.spread(rng, (*rate, span), &ids, weights);
             }
             Traffic::Bursts {
                 rate,
@@ -243,18 +233,10 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 end_s,
                 prefix,
             } if *rate > 0.0 => {
-                let ids = keys.range(prefix.as_deref(), *n);
-                let (start, end) = window(*start_s, *end_s);
+                let ids = sink.keys.range(prefix.as_deref(), *n);
+                let span = sink.window(*start_s, *end_s);
                 let (every, length) = ((every_s * 1e9) as u64, (length_s * 1e9) as u64);
-                let mut burst = start;
-                while burst < end {
-                    let stop = (burst + length).min(end);
-                    poisson(&mut rng, *rate, burst, stop, |rng, t| {
-                        let node = pick(rng, live.at(t), weights);
-                        push(t, node, ids[rng.below(*n) as usize]);
-                    });
-                    burst += every.max(1);
-                }
+                sink.bursts(rng, (*rate, span), (every, length), (&ids, weights));
             }
             Traffic::Attacker {
                 rate,
@@ -263,12 +245,9 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 start_s,
                 end_s,
             } if *rate > 0.0 => {
-                let id = keys.intern(key);
-                let (start, end) = window(*start_s, Some(*end_s));
-                attacks.push((id, start));
-                poisson(&mut rng, *rate, start, end, |_, t| {
-                    push(t, s.nodes.active(*node, t).then_some(*node), id);
-                });
+                let span = sink.window(*start_s, Some(*end_s));
+                let active = |t| s.nodes.active(*node, t);
+                sink.attacker(rng, (*rate, span), (*node, active), key);
             }
             Traffic::KeyAffinity {
                 rate,
@@ -278,23 +257,9 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 end_s,
                 prefix,
             } if *rate > 0.0 => {
-                let ids = keys.range(prefix.as_deref(), *n);
-                let (start, end) = window(*start_s, *end_s);
-                poisson(&mut rng, *rate, start, end, |rng, t| {
-                    let k = rng.below(*n);
-                    let nodes = live.at(t);
-                    // Rendezvous hashing: the home node stays put while others come and go.
-                    let home = nodes
-                        .iter()
-                        .copied()
-                        .max_by_key(|&node| mix(k, node as u64));
-                    let node = if rng.unit() < *affinity {
-                        home
-                    } else {
-                        pick(rng, nodes, &[])
-                    };
-                    push(t, node, ids[k as usize]);
-                });
+                let ids = sink.keys.range(prefix.as_deref(), *n);
+                let span = sink.window(*start_s, *end_s);
+                sink.key_affinity(rng, (*rate, span), &ids, *affinity);
             }
             Traffic::Diurnal {
                 min_rate,
@@ -304,16 +269,8 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 weights,
                 prefix,
             } if *max_rate > 0.0 => {
-                let ids = keys.range(prefix.as_deref(), *n);
-                // Thinning: candidates at the peak rate, each kept with rate(t) / peak.
-                poisson(&mut rng, *max_rate, 0, duration, |rng, t| {
-                    let phase = (t as f64 / 1e9) / period_s * std::f64::consts::TAU;
-                    let rate = min_rate + (max_rate - min_rate) * (1.0 - phase.cos()) / 2.0;
-                    if rng.unit() * max_rate < rate {
-                        let node = pick(rng, live.at(t), weights);
-                        push(t, node, ids[rng.below(*n) as usize]);
-                    }
-                });
+                let ids = sink.keys.range(prefix.as_deref(), *n);
+                sink.diurnal(rng, (*min_rate, *max_rate, *period_s), &ids, weights);
             }
             Traffic::Churn {
                 users_per_s,
@@ -324,41 +281,180 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 end_s,
                 prefix,
             } if *users_per_s > 0.0 && *rate > 0.0 => {
-                let (start, end) = window(*start_s, *end_s);
-                let prefix = prefix.as_deref().unwrap_or("user");
-                let lifetime = (lifetime_s * 1e9) as u64;
-                let mut arrivals = Vec::new();
-                poisson(&mut rng, *users_per_s, start, end, |_, t| arrivals.push(t));
-                for (n, arrived) in arrivals.into_iter().enumerate() {
-                    let id = keys.intern(&format!("{prefix}-{n}"));
-                    let stop = arrived.saturating_add(lifetime).min(duration);
-                    poisson(&mut rng, *rate, arrived, stop, |rng, t| {
-                        let node = pick(rng, live.at(t), weights);
-                        push(t, node, id);
-                    });
-                }
+                let span = sink.window(*start_s, *end_s);
+                let users = (
+                    prefix.as_deref().unwrap_or("user"),
+                    *users_per_s,
+                    *lifetime_s,
+                );
+                sink.churn(rng, (*rate, span), users, weights);
             }
             Traffic::Trace { .. } => {
-                for e in traces.next().map(Vec::as_slice).unwrap_or_default() {
-                    let t = e.t_ms.saturating_mul(1_000_000);
-                    if t < duration {
-                        let key = keys.intern(&e.key);
-                        out.push(Arrival {
-                            t,
-                            node: e.node as u32,
-                            key,
-                            cost: e.cost as u32,
-                        });
-                    }
-                }
+                sink.trace(traces.next().map(Vec::as_slice).unwrap_or_default())
             }
             _ => {}
         }
     }
-    out.sort_unstable();
+    sink.out.sort_unstable();
     Generated {
-        arrivals: out,
-        keys: keys.names,
-        attacks,
+        arrivals: sink.out,
+        keys: sink.keys.names,
+        attacks: sink.attacks,
+    }
+}
+
+/// Where the generators put what they make: the keys named so far, the requests, the attacks.
+struct Sink {
+    duration: u64,
+    live: Live,
+    keys: Keys,
+    out: Vec<Arrival>,
+    attacks: Vec<(u32, u64)>,
+}
+
+/// A generator's rate (per second) and the span it runs in (`[from, to)`, ns).
+type Rated = (f64, (u64, u64));
+
+impl Sink {
+    /// `[start, end)` in seconds as nanoseconds within the run (no end: the run's).
+    fn window(&self, start: u64, end: Option<u64>) -> (u64, u64) {
+        let duration = self.duration;
+        (start * NS, end.map_or(duration, |e| (e * NS).min(duration)))
+    }
+
+    /// A request of cost 1 at `t` to `node`, when there is one (no node is live: none).
+    fn push(out: &mut Vec<Arrival>, t: u64, node: Option<usize>, key: u32) {
+        if let Some(node) = node {
+            out.push(Arrival {
+                t,
+                node: node as u32,
+                key,
+                cost: 1,
+            });
+        }
+    }
+
+    /// Poisson arrivals over `ids`, each to a live node picked by `weights`.
+    fn spread(&mut self, rng: &mut Rng, (rate, (from, to)): Rated, ids: &[u32], weights: &[f64]) {
+        let n = ids.len() as u64;
+        poisson(rng, rate, from, to, |rng, t| {
+            let node = pick(rng, self.live.at(t), weights);
+            Self::push(&mut self.out, t, node, ids[rng.below(n) as usize]);
+        });
+    }
+
+    /// [`Sink::spread`] in bursts of `length` every `every` nanoseconds.
+    fn bursts(
+        &mut self,
+        rng: &mut Rng,
+        (rate, (start, end)): Rated,
+        (every, length): (u64, u64),
+        (ids, weights): (&[u32], &[f64]),
+    ) {
+        let mut burst = start;
+        while burst < end {
+            let stop = (burst + length).min(end);
+            self.spread(rng, (rate, (burst, stop)), ids, weights);
+            burst += every.max(1);
+        }
+    }
+
+    /// One key from one node (while that node is live), recorded as an attack.
+    fn attacker(
+        &mut self,
+        rng: &mut Rng,
+        (rate, (start, end)): Rated,
+        (node, active): (usize, impl Fn(u64) -> bool),
+        key: &str,
+    ) {
+        let id = self.keys.intern(key);
+        self.attacks.push((id, start));
+        poisson(rng, rate, start, end, |_, t| {
+            Self::push(&mut self.out, t, active(t).then_some(node), id);
+        });
+    }
+
+    /// Each key mostly to its home node (rendezvous hashing over the live nodes: the home
+    /// stays put while others come and go), otherwise to any live node.
+    fn key_affinity(
+        &mut self,
+        rng: &mut Rng,
+        (rate, (from, to)): Rated,
+        ids: &[u32],
+        affinity: f64,
+    ) {
+        let n = ids.len() as u64;
+        poisson(rng, rate, from, to, |rng, t| {
+            let k = rng.below(n);
+            let nodes = self.live.at(t);
+            let home = nodes
+                .iter()
+                .copied()
+                .max_by_key(|&node| mix(k, node as u64));
+            let node = if rng.unit() < affinity {
+                home
+            } else {
+                pick(rng, nodes, &[])
+            };
+            Self::push(&mut self.out, t, node, ids[k as usize]);
+        });
+    }
+
+    /// A rate going from `min_rate` up to `max_rate` and back every `period_s`, over the run.
+    fn diurnal(
+        &mut self,
+        rng: &mut Rng,
+        (min_rate, max_rate, period_s): (f64, f64, f64),
+        ids: &[u32],
+        weights: &[f64],
+    ) {
+        let n = ids.len() as u64;
+        // Thinning: candidates at the peak rate, each kept with rate(t) / peak.
+        poisson(rng, max_rate, 0, self.duration, |rng, t| {
+            let phase = (t as f64 / 1e9) / period_s * std::f64::consts::TAU;
+            let rate = min_rate + (max_rate - min_rate) * (1.0 - phase.cos()) / 2.0;
+            if rng.unit() * max_rate < rate {
+                let node = pick(rng, self.live.at(t), weights);
+                Self::push(&mut self.out, t, node, ids[rng.below(n) as usize]);
+            }
+        });
+    }
+
+    /// Users arriving at `users_per_s`, each sending at `rate` for `lifetime_s` under its own
+    /// key (`{prefix}-{n}`).
+    fn churn(
+        &mut self,
+        rng: &mut Rng,
+        (rate, (start, end)): Rated,
+        (prefix, users_per_s, lifetime_s): (&str, f64, f64),
+        weights: &[f64],
+    ) {
+        let lifetime = (lifetime_s * 1e9) as u64;
+        let mut arrivals = Vec::new();
+        poisson(rng, users_per_s, start, end, |_, t| arrivals.push(t));
+        for (n, arrived) in arrivals.into_iter().enumerate() {
+            let id = self.keys.intern(&format!("{prefix}-{n}"));
+            let stop = arrived.saturating_add(lifetime).min(self.duration);
+            poisson(rng, rate, arrived, stop, |rng, t| {
+                let node = pick(rng, self.live.at(t), weights);
+                Self::push(&mut self.out, t, node, id);
+            });
+        }
+    }
+
+    /// A trace's requests, as recorded, within the run.
+    fn trace(&mut self, events: &[crate::scenario::TraceEvent]) {
+        for e in events {
+            let t = e.t_ms.saturating_mul(1_000_000);
+            if t < self.duration {
+                let key = self.keys.intern(&e.key);
+                self.out.push(Arrival {
+                    t,
+                    node: e.node as u32,
+                    key,
+                    cost: e.cost as u32,
+                });
+            }
+        }
     }
 }

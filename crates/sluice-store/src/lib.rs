@@ -32,6 +32,7 @@ mod exact;
 pub mod fuzzing;
 mod key;
 mod memory;
+mod node_entry;
 mod redis;
 mod window_counter;
 
@@ -45,6 +46,7 @@ pub use etcd::{EtcdStore, EtcdStoreOptions};
 pub use exact::{ExactAlgorithm, ExactRequest, decide_in_memory};
 pub use key::CounterKey;
 pub use memory::MemoryStore;
+pub use node_entry::NodeEntry;
 pub use redis::{RedisStore, RedisStoreOptions, packed_flush};
 /// Where a Redis deployment is: the same types `sluice.yaml`'s `store:` is parsed into.
 pub use sluice_config::{
@@ -54,47 +56,6 @@ use sluice_core::{Decision, Nanos};
 
 /// A boxed future, so that stores can be chosen at run time (`Arc<dyn CounterStore>`).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// One instance's contribution to a key in a window (the predictive policy, docs/SYNCED.md).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeEntry {
-    /// The instance's id.
-    pub node: Arc<str>,
-    /// Its admitted count in the window.
-    pub count: u64,
-    /// When it flushed, in store-corrected milliseconds since the epoch.
-    pub at_ms: u64,
-    /// Its demand rate (hits offered per second, denied ones included), in thousandths.
-    pub rate_milli: u64,
-}
-
-impl NodeEntry {
-    /// `count:at_ms:rate_milli`, the hash field's value.
-    pub(crate) fn encode_into(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let _ = write!(out, "{}:{}:{}", self.count, self.at_ms, self.rate_milli);
-    }
-
-    pub(crate) fn decode(
-        node: &str,
-        value: &str,
-        names: &mut crate::redis::NodeNames,
-    ) -> Option<Self> {
-        let mut parts = value.split(':');
-        let count = parts.next()?.parse().ok()?;
-        let at_ms = parts.next()?.parse().ok()?;
-        let rate_milli = parts.next()?.parse().ok()?;
-        if parts.next().is_some() {
-            return None;
-        }
-        Some(Self {
-            node: names.get(node),
-            count,
-            at_ms,
-            rate_milli,
-        })
-    }
-}
 
 /// Add `delta` to `key` in `window`, and (optionally) record this instance's entry.
 #[derive(Clone, Debug, PartialEq, Eq)]

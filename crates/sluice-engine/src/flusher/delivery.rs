@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use metrics::counter;
 use sluice_core::{Clock, Nanos};
-use sluice_store::{CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushTime, StoreError};
+use sluice_store::{
+    CounterStore, FlushItem, FlushOutcome, FlushReceipt, FlushReply, FlushTime, StoreError,
+};
 
 use super::spill::{Spill, SpilledCount, SpilledDoubt};
 
@@ -47,6 +49,37 @@ pub(crate) struct Sent {
     pub round_trips: usize,
     /// Whether the store answered (a chunk of) the flush; not when every item was held back.
     pub asked: bool,
+}
+
+impl Sent {
+    /// Takes the store's `reply` to `part` (sent at `sent_at`, answered at `received_at`):
+    /// each item's result into `answers`, in order, and the store's clock if it is the first
+    /// reading. A store that answers fewer items than it was sent is broken: those items fail.
+    fn take(
+        &mut self,
+        reply: FlushReply,
+        part: &[FlushItem],
+        (sent_at, received_at): (Nanos, Nanos),
+        answers: &mut Vec<ItemResult>,
+    ) {
+        self.asked = true;
+        self.round_trips += reply.round_trips;
+        let reading = reply.store_time.map(|store| StoreTime {
+            store,
+            sent_at,
+            received_at,
+        });
+        self.store_time = self.store_time.or(reading);
+        let mut results = reply.results.into_iter();
+        answers.extend(part.iter().map(|item| match results.next() {
+            Some(Ok(outcome)) => ItemResult::Landed(outcome),
+            Some(Err(e)) => ItemResult::Failed(e),
+            None => ItemResult::Failed(StoreError::BadReply {
+                key: item.key.to_string(),
+                detail: "the store answered fewer items than were sent".into(),
+            }),
+        }));
+    }
 }
 
 /// A reading of the store's clock and the round trip it came in.
@@ -214,49 +247,14 @@ impl Delivery {
                 counter!("sluice_flush_chunks_total", "result" => "not_sent").increment(1);
                 continue;
             }
-            // A part that only reads (early syncs ahead of the others' flushes) adds nothing
-            // that could be counted twice: it needs no receipt.
-            let receipt = part.iter().any(|i| i.delta > 0).then(|| {
-                let token = self.next_token;
-                self.next_token = self.next_token.wrapping_add(1);
-                FlushReceipt {
-                    owner: owner.clone(),
-                    token,
-                }
-            });
-            let sent_at = clock.now();
             // The store's clock is read once per flush, with its first part.
             let time = if n == 0 { time } else { FlushTime::Skip };
-            let result = store.flush_timed(part, receipt.as_ref(), time).await;
-            let received_at = clock.now();
-            if let Some(receipt) = receipt {
-                self.doubt_unknown(&result, part, receipt);
-            }
-            let outcome = if result.is_ok() { "answered" } else { "failed" };
-            counter!("sluice_flush_chunks_total", "result" => outcome).increment(1);
+            let (result, sent_at, received_at) =
+                self.send_part(store, owner, (part, time), clock).await;
             match result {
                 Ok(reply) => {
                     failed_in_a_row = 0;
-                    answer.asked = true;
-                    answer.round_trips += reply.round_trips;
-                    answer.store_time =
-                        answer
-                            .store_time
-                            .or(reply.store_time.map(|store| StoreTime {
-                                store,
-                                sent_at,
-                                received_at,
-                            }));
-                    let mut results = reply.results.into_iter();
-                    answers.extend(part.iter().map(|item| match results.next() {
-                        Some(Ok(outcome)) => ItemResult::Landed(outcome),
-                        Some(Err(e)) => ItemResult::Failed(e),
-                        // A store that answers fewer items than it was sent is broken.
-                        None => ItemResult::Failed(StoreError::BadReply {
-                            key: item.key.to_string(),
-                            detail: "the store answered fewer items than were sent".into(),
-                        }),
-                    }));
+                    answer.take(reply, part, (sent_at, received_at), &mut answers);
                 }
                 Err(e) => {
                     answers.extend(part.iter().map(|_| ItemResult::Failed(e.clone())));
@@ -271,13 +269,11 @@ impl Delivery {
             _ => {
                 // The answer, lined up with `items`.
                 let mut answers = answers.into_iter();
-                answer.results = items
-                    .iter()
-                    .map(|item| match is_held(item) {
-                        true => ItemResult::Held,
-                        false => answers.next().unwrap_or(ItemResult::NotSent),
-                    })
-                    .collect();
+                let line_up = |item: &FlushItem| match is_held(item) {
+                    true => ItemResult::Held,
+                    false => answers.next().unwrap_or(ItemResult::NotSent),
+                };
+                answer.results = items.iter().map(line_up).collect();
                 Ok(answer)
             }
         };
@@ -286,6 +282,42 @@ impl Delivery {
             Err(_) => true,
         });
         result
+    }
+
+    /// One part of a flush, with a receipt when it adds counts (a part that only reads, early
+    /// syncs ahead of the others' flushes, adds nothing that could be counted twice); an
+    /// answer that did not come makes its keys doubtful. Returns the store's answer and the
+    /// local times it was sent and received.
+    async fn send_part(
+        &mut self,
+        store: &dyn CounterStore,
+        owner: &Arc<str>,
+        (part, time): (&[FlushItem], FlushTime),
+        clock: &dyn Clock,
+    ) -> (Result<FlushReply, StoreError>, Nanos, Nanos) {
+        let receipt = part
+            .iter()
+            .any(|i| i.delta > 0)
+            .then(|| self.receipt(owner));
+        let sent_at = clock.now();
+        let result = store.flush_timed(part, receipt.as_ref(), time).await;
+        let received_at = clock.now();
+        if let Some(receipt) = receipt {
+            self.doubt_unknown(&result, part, receipt);
+        }
+        let outcome = if result.is_ok() { "answered" } else { "failed" };
+        counter!("sluice_flush_chunks_total", "result" => outcome).increment(1);
+        (result, sent_at, received_at)
+    }
+
+    /// A new receipt of `owner`'s for a part of a flush that adds counts.
+    fn receipt(&mut self, owner: &Arc<str>) -> FlushReceipt {
+        let token = self.next_token;
+        self.next_token = self.next_token.wrapping_add(1);
+        FlushReceipt {
+            owner: owner.clone(),
+            token,
+        }
     }
 
     /// Everything this delivery is responsible for, as a spill (at shutdown, when the store

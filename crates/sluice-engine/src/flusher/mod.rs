@@ -1,39 +1,36 @@
-//! The [`Flusher`]: everything about the store round trip. It takes each synced rule's counts
-//! at its span boundary, sends them with a receipt (settling earlier flushes in doubt first),
-//! applies the replies to the keys, keeps the store's clock offset and health, sweeps idle
-//! keys of every rule and reports the flush metrics. One flusher is shared by an engine and
-//! the engines its reloads build, so flushes never overlap and nothing it knows is lost.
+//! The [`Flusher`]: the flush, above the rule table. It takes each synced rule's counts at
+//! its span boundary, sends them over the [`StoreLink`] with a receipt (settling earlier
+//! flushes in doubt first), applies the replies to the keys, sweeps idle keys of every rule,
+//! spills and replays what the store did not take, and reports the flush metrics. What the
+//! flush learns of the store (its clock, health, the fleet) it leaves in the link, where the
+//! request path reads it. One flusher is shared by an engine and the engines its reloads
+//! build, so flushes never overlap and nothing it knows is lost.
 
 mod delivery;
-mod fleet;
-mod offset;
 mod record;
 mod replay;
 mod retired;
-mod schedule;
 mod spill;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use metrics::{counter, gauge, histogram};
-use sluice_core::{Clock, Nanos};
-use sluice_store::{CounterStore, FlushItem, FlushTime, StoreError};
+use sluice_core::Nanos;
+use sluice_store::{FlushItem, FlushTime, StoreError};
 
 pub use record::FlushSummary;
-pub use schedule::{EARLY_SYNC_DELAY, run_flush_loop};
 pub use spill::{Spill, StateDir, StateError};
 
-use crate::exact::breaker::{Breaker, BreakerState};
-use crate::exact::decisions::StoreCalls;
-use crate::health::{HealthCell, StoreHealth, StoreView};
+use crate::health::StoreHealth;
+use crate::link::{PROBE_EVERY_NS, StoreLink, count_store_error};
 use crate::rule::{RuleEngine, RuleKind};
 use crate::synced::{PendingFlush, SyncedRule};
 use crate::table::RuleTable;
 use delivery::{Delivery, ItemResult};
-use offset::ClockOffset;
 use replay::Replay;
 pub(crate) use retired::Retired;
+use retired::RetiredRules;
 
 /// What one flush did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,16 +58,9 @@ pub(crate) enum Due {
     Early,
 }
 
-/// The store side of an engine (see the module documentation).
+/// The flush of an engine (see the module documentation).
 pub(crate) struct Flusher {
-    store: Arc<dyn CounterStore>,
-    clock: Arc<dyn Clock>,
-    node: Arc<str>,
-    /// Correct the clock by the store's `TIME` (`EngineOptions::follow_store_clock`).
-    follow_store_clock: bool,
-    /// Store time minus local time, as measured from trustworthy readings.
-    offset: ClockOffset,
-    health: HealthCell,
+    link: Arc<StoreLink>,
     /// When the store's clock was last probed (raw local time).
     last_probe: AtomicU64,
     /// Held for a whole flush: one at a time.
@@ -78,75 +68,23 @@ pub(crate) struct Flusher {
     /// Items per pipeline (`EngineOptions::flush_chunk_items`).
     chunk: usize,
     /// Synced rules reloads removed, swept until they are done.
-    retired: parking_lot::Mutex<Vec<Retired>>,
+    retired: RetiredRules,
     /// An earlier run's spill still to deliver; taken out for a step, under `delivery`'s lock.
     replay: parking_lot::Mutex<Option<Replay>>,
-    /// Exact mode's breaker and time budget per request.
-    breaker: Breaker,
-    exact_timeout: Option<std::time::Duration>,
-    /// Instances live on the store as the last announcement found them (0: not known yet).
-    fleet: AtomicU64,
-    /// When this instance last announced itself (raw local time), and whether the last two
-    /// answers agreed on the fleet's size.
-    last_announce: AtomicU64,
-    fleet_steady: std::sync::atomic::AtomicBool,
-    /// Keys asked for an early sync since the last early flush; wakes the flush loop.
-    early_wanted: std::sync::atomic::AtomicBool,
-    early_wake: tokio::sync::Notify,
-    /// The engine time before which the early sync asked for should not leave (0: at once):
-    /// see [`SyncedRule::read_ahead_at`].
-    early_not_before: AtomicU64,
     /// The flushes as the status page shows them.
     record: record::FlushRecord,
 }
 
-/// Nanoseconds between probes of an idle store.
-const PROBE_EVERY_NS: u64 = 1_000_000_000;
-
-/// Counts a store error in `sluice_store_errors_total` (flushes, probes and exact mode alike).
-pub(crate) fn count_store_error(e: &StoreError) {
-    counter!("sluice_store_errors_total", "kind" => e.kind()).increment(1);
-}
-
 impl Flusher {
-    pub(crate) fn new(
-        store: Arc<dyn CounterStore>,
-        clock: Arc<dyn Clock>,
-        node: Arc<str>,
-        follow_store_clock: bool,
-        chunk: usize,
-        exact: &sluice_config::ExactCalls,
-        exact_budget_timer: bool,
-    ) -> Self {
+    pub(crate) fn new(link: Arc<StoreLink>, chunk: usize) -> Self {
         Self {
-            store,
-            clock,
-            node,
-            follow_store_clock,
-            offset: ClockOffset::new(),
-            health: HealthCell::new(),
+            link,
             last_probe: AtomicU64::new(0),
             delivery: tokio::sync::Mutex::new(Delivery::new()),
             chunk: chunk.max(1),
-            retired: parking_lot::Mutex::new(Vec::new()),
+            retired: RetiredRules::default(),
             replay: parking_lot::Mutex::new(None),
-            breaker: Breaker::new(exact),
-            exact_timeout: exact_budget_timer.then_some(exact.timeout),
-            fleet: AtomicU64::new(0),
-            last_announce: AtomicU64::new(0),
-            fleet_steady: std::sync::atomic::AtomicBool::new(false),
-            early_wanted: std::sync::atomic::AtomicBool::new(false),
-            early_wake: tokio::sync::Notify::new(),
-            early_not_before: AtomicU64::new(0),
             record: record::FlushRecord::default(),
-        }
-    }
-
-    /// What a synced decision knows of the store now.
-    pub(crate) fn view(&self) -> StoreView {
-        StoreView {
-            health: self.health(),
-            fleet: self.fleet.load(Ordering::Relaxed).max(1),
         }
     }
 
@@ -155,46 +93,14 @@ impl Flusher {
         self.record.summary()
     }
 
-    /// A key asked for an early sync: wake the flush loop.
-    pub(crate) fn wake_early_sync(&self) {
-        if !self.early_wanted.swap(true, Ordering::Relaxed) {
-            self.early_wake.notify_one();
-        }
+    /// Keeps flushing a synced rule a reload removed (see [`Retired`]).
+    pub(crate) fn retire(&self, rule: Retired) {
+        self.retired.push(rule);
     }
 
-    /// Whether keys wait for an early sync.
-    pub(crate) fn early_sync_wanted(&self) -> bool {
-        self.early_wanted.load(Ordering::Relaxed)
-    }
-
-    /// The engine time before which the early sync asked for should not leave (0: at once).
-    pub(crate) fn early_sync_not_before(&self) -> Nanos {
-        self.early_not_before.load(Ordering::Relaxed)
-    }
-
-    /// Resolves once keys have asked for an early sync.
-    pub(crate) async fn early_sync_asked(&self) {
-        if !self.early_sync_wanted() {
-            self.early_wake.notified().await;
-        }
-    }
-
-    /// Whether the store takes decisions (`exact` mode's scripts); etcd does not.
-    pub(crate) fn runs_exact(&self) -> bool {
-        self.store.runs_exact()
-    }
-
-    /// How a decision taken in the store calls it (exact rules, synced small limits).
-    pub(crate) fn exact_calls(&self) -> StoreCalls<'_> {
-        StoreCalls {
-            store: &*self.store,
-            breaker: &self.breaker,
-            timeout: self.exact_timeout,
-        }
-    }
-
-    pub(crate) fn breaker_state(&self) -> BreakerState {
-        self.breaker.state()
+    /// The shortest span among the removed rules still swept (`None`: none).
+    pub(crate) fn retired_min_span_ns(&self) -> Option<Nanos> {
+        self.retired.min_span_ns()
     }
 
     /// Delivers `spill` (an earlier run's) with the next flushes, keeping its file in `state`.
@@ -202,43 +108,13 @@ impl Flusher {
         let mut slot = self.replay.lock();
         match slot.as_mut() {
             Some(replay) => replay.add(spill),
-            None => *slot = Some(Replay::new(state, &self.node, spill)),
+            None => *slot = Some(Replay::new(state, self.link.node(), spill)),
         }
     }
 
     /// Counts of an earlier run's spill not yet delivered.
     pub(crate) fn replay_pending(&self) -> u64 {
         self.replay.lock().as_ref().map_or(0, Replay::counts)
-    }
-
-    pub(crate) fn node(&self) -> &Arc<str> {
-        &self.node
-    }
-
-    /// The current time corrected by the offset to the store's clock.
-    pub(crate) fn now(&self) -> Nanos {
-        let raw = self.clock.now() as i128 + i128::from(self.offset_ns());
-        raw.clamp(0, i128::from(u64::MAX)) as u64
-    }
-
-    pub(crate) fn offset_ns(&self) -> i64 {
-        self.offset.get()
-    }
-
-    pub(crate) fn health(&self) -> StoreHealth {
-        self.health.get()
-    }
-
-    pub(crate) fn reached(&self) -> bool {
-        self.health.reached()
-    }
-
-    /// Takes the store's clock as read between `sent` and `received` (raw local times), when
-    /// the reading can be trusted ([`ClockOffset::observe`]).
-    fn observe_store_time(&self, sent: Nanos, received: Nanos, store_time: Nanos) {
-        if self.follow_store_clock {
-            self.offset.observe(sent, received, store_time);
-        }
     }
 
     /// One flush over `table`'s rules (and the rules reloads removed): sweep every rule, send
@@ -248,15 +124,15 @@ impl Flusher {
     pub(crate) async fn flush(&self, table: &RuleTable, due: Due) -> FlushReport {
         let mut delivery = self.delivery.lock().await;
         let mut report = FlushReport::default();
+        let link = &*self.link;
         if due == Due::Early {
-            self.early_wanted.store(false, Ordering::Relaxed);
-            self.early_not_before.store(0, Ordering::Relaxed);
-            let now = self.now();
+            link.early.take();
+            let now = link.now();
             let (mut items, mut pending) = (Vec::new(), Vec::new());
             for rule in table.rules() {
                 if let RuleKind::Synced(synced) = &*rule.kind {
                     let mut mine = Vec::new();
-                    synced.prepare_early(now, &self.node, &mut items, &mut mine);
+                    synced.prepare_early(now, link.node(), &mut items, &mut mine);
                     pending.extend(mine.into_iter().map(|p| (synced, p)));
                 }
             }
@@ -269,8 +145,8 @@ impl Flusher {
             }
             return report;
         }
-        let now = self.now();
-        let retired = self.retired_rules();
+        let now = link.now();
+        let retired = self.retired.live();
         let (mut items, pending, evicted) =
             off_the_request_path(|| self.collect(table, &retired, now, due));
         report.evicted = evicted;
@@ -281,12 +157,12 @@ impl Flusher {
             self.send(&mut delivery, &mut items, sending, &mut report)
                 .await;
         }
-        if self.health().answering() {
+        if link.health().answering() {
             self.replay_step(&mut report).await;
         }
         // After the counts: a slow store delays what the instance learns of the fleet, not
         // the counts' delivery.
-        self.announce_if_due(table).await;
+        link.announce_if_due(table.has_synced()).await;
         report
     }
 
@@ -298,19 +174,15 @@ impl Flusher {
         (pending, time): (&[(&SyncedRule, PendingFlush)], FlushTime),
         report: &mut FlushReport,
     ) {
-        let now = self.now();
+        let link = &*self.link;
+        let (node, clock) = (link.node(), link.raw_clock());
+        let now = link.now();
         report.items = items.len();
-        let sent_at = self.clock.now();
+        let sent_at = clock.now();
         let result = delivery
-            .send(
-                &*self.store,
-                &self.node,
-                (items, time),
-                self.chunk,
-                &*self.clock,
-            )
+            .send(link.store(), node, (items, time), self.chunk, clock)
             .await;
-        let received_at = self.clock.now();
+        let received_at = clock.now();
         let took = received_at.saturating_sub(sent_at);
         histogram!("sluice_flush_duration_seconds").record(took as f64 / 1e9);
         let error = result.as_ref().err().map(ToString::to_string);
@@ -319,19 +191,19 @@ impl Flusher {
         match result {
             Ok(sent) => {
                 if sent.asked {
-                    self.health.set(StoreHealth::Answering);
+                    link.set_health(StoreHealth::Answering);
                 }
                 report.round_trips = sent.round_trips;
                 if let Some(t) = sent.store_time {
-                    self.observe_store_time(t.sent_at, t.received_at, t.store);
+                    link.observe_store_time(t.sent_at, t.received_at, t.store);
                 }
                 self.count_item_results(&sent.results);
-                let (now, view) = (self.now(), self.view());
+                let (now, view) = (link.now(), link.view());
                 report.failed += off_the_request_path(|| {
                     let outcome = |i: usize| sent.results.get(i).and_then(ItemResult::outcome);
                     pending
                         .iter()
-                        .filter(|(synced, p)| !synced.apply(p, outcome, &self.node, (now, view)))
+                        .filter(|(synced, p)| !synced.apply(p, outcome, node, (now, view)))
                         .count()
                 });
                 // Keys that read ahead of the others' flushes of this boundary read again
@@ -342,25 +214,24 @@ impl Flusher {
                     .map(|(synced, _)| synced.read_ahead_at(now))
                     .max();
                 if let Some(at) = read_ahead {
-                    self.early_not_before.fetch_max(at, Ordering::Relaxed);
-                    self.wake_early_sync();
+                    link.early.wake_at(at);
                 }
                 counter!("sluice_flushes_total", "result" => "ok").increment(1);
             }
             Err(e) => {
-                let began = self.health.set(StoreHealth::Unreachable);
+                let began = link.set_health(StoreHealth::Unreachable);
                 count_store_error(&e);
                 counter!("sluice_flushes_total", "result" => "error").increment(1);
                 // One line per burst of failures; the next ones only at debug level.
                 if began {
-                    tracing::warn!(store = %self.store.describe(), error = %e, "flush failed; counts are kept and local fallback limits apply until the store answers");
+                    tracing::warn!(store = %link.store().describe(), error = %e, "flush failed; counts are kept and local fallback limits apply until the store answers");
                 } else {
-                    tracing::debug!(store = %self.store.describe(), error = %e, "flush failed again");
+                    tracing::debug!(store = %link.store().describe(), error = %e, "flush failed again");
                 }
-                let view = self.view();
+                let view = link.view();
                 off_the_request_path(|| {
                     for (synced, p) in pending {
-                        synced.apply(p, |_| None, &self.node, (now, view));
+                        synced.apply(p, |_| None, node, (now, view));
                     }
                 });
                 report.failed = report.items;
@@ -375,7 +246,7 @@ impl Flusher {
             return;
         };
         let step = replay
-            .step(&*self.store, self.chunk, self.now() / 1_000_000)
+            .step(self.link.store(), self.chunk, self.link.now() / 1_000_000)
             .await;
         if let Some(e) = &step.error {
             count_store_error(e);
@@ -394,8 +265,8 @@ impl Flusher {
     /// counts are taken: call it once, after the final flush.
     pub(crate) async fn spill(&self, table: &RuleTable) -> Spill {
         let mut delivery = self.delivery.lock().await;
-        let now = self.now();
-        let retired = self.retired_rules();
+        let now = self.link.now();
+        let retired = self.retired.live();
         let (items, _pending, _) =
             off_the_request_path(|| self.collect(table, &retired, now, Due::All));
         let mut spill = delivery.spill(&items, now / 1_000_000);
@@ -454,7 +325,7 @@ impl Flusher {
         }
         for rule in retired {
             if let Some(synced) = rule.synced() {
-                let (id, node) = (&rule.id, &self.node);
+                let (id, node) = (&rule.id, self.link.node());
                 evicted += sweep_synced(id, synced, now, node, &mut items, &mut pending, false);
             }
         }
@@ -480,7 +351,15 @@ impl Flusher {
                     return 0;
                 }
                 rule.flushed_span.store(span, Ordering::Relaxed);
-                sweep_synced(&rule.id, synced, now, &self.node, items, pending, true)
+                sweep_synced(
+                    &rule.id,
+                    synced,
+                    now,
+                    self.link.node(),
+                    items,
+                    pending,
+                    true,
+                )
             }
             RuleKind::Local(local) => {
                 let evicted = local.evict_idle(now);
@@ -501,27 +380,17 @@ impl Flusher {
     /// that ask the store for decisions (they pass their corrected time to its scripts), with
     /// the cheapest call, at most once a second.
     async fn probe_if_due(&self, table: &RuleTable, report: &mut FlushReport) {
-        let raw_now = self.clock.now();
+        let link = &*self.link;
+        let raw_now = link.raw_clock().now();
         let last = self.last_probe.load(Ordering::Relaxed);
-        let wanted = (!self.reached() && table.has_synced())
-            || (self.follow_store_clock && table.decides_at_store(self.view()));
+        let wanted = (!link.reached() && table.has_synced())
+            || (link.follows_store_clock() && table.decides_at_store(link.view()));
         if !wanted || raw_now.saturating_sub(last) < PROBE_EVERY_NS {
             return;
         }
         self.last_probe.store(raw_now, Ordering::Relaxed);
-        let sent_at = self.clock.now();
-        match self.store.time().await {
-            Ok(store_time) => {
-                self.observe_store_time(sent_at, self.clock.now(), store_time);
-                self.health.set(StoreHealth::Answering);
-            }
-            Err(e) => {
-                if self.health.set(StoreHealth::Unreachable) {
-                    tracing::warn!(store = %self.store.describe(), error = %e, "the store does not answer; local fallback limits apply until it does");
-                }
-                count_store_error(&e);
-                report.error = Some(e.to_string());
-            }
+        if let Err(e) = link.probe().await {
+            report.error = Some(e.to_string());
         }
     }
 }

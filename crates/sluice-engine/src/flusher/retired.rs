@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use sluice_core::Nanos;
 
-use super::Flusher;
 use crate::rule::RuleKind;
 use crate::synced::SyncedRule;
 
@@ -39,23 +38,27 @@ impl Retired {
     }
 }
 
-impl Flusher {
+/// The synced rules reloads removed, swept until they are done.
+#[derive(Default)]
+pub(crate) struct RetiredRules(parking_lot::Mutex<Vec<Retired>>);
+
+impl RetiredRules {
     /// Keeps flushing a synced rule a reload removed (see [`Retired`]).
-    pub(crate) fn retire(&self, rule: Retired) {
-        self.retired.lock().push(rule);
+    pub(crate) fn push(&self, rule: Retired) {
+        self.0.lock().push(rule);
     }
 
     /// The removed rules still to sweep (those done are forgotten).
-    pub(super) fn retired_rules(&self) -> Vec<Retired> {
-        let mut retired = self.retired.lock();
+    pub(crate) fn live(&self) -> Vec<Retired> {
+        let mut retired = self.0.lock();
         retired.retain(Retired::is_live);
         retired.clone()
     }
 
     /// The shortest span among the removed rules still swept (`None`: none): the flush loop
     /// ticks at their boundaries too, since the new rules' spans may be longer.
-    pub(crate) fn retired_min_span_ns(&self) -> Option<Nanos> {
-        self.retired
+    pub(crate) fn min_span_ns(&self) -> Option<Nanos> {
+        self.0
             .lock()
             .iter()
             .filter_map(|rule| rule.synced().map(|synced| synced.params.span_ns))

@@ -96,7 +96,7 @@ impl Engine {
     fn note(&self, rule: &RuleEngine) -> Option<&'static str> {
         let written = rule.settings.as_ref().map(|r| r.mode);
         match &*rule.kind {
-            RuleKind::Synced(s) if s.decides_at_store(self.flusher().view()) => {
+            RuleKind::Synced(s) if s.decides_at_store(self.link().view()) => {
                 Some("a limit too small to share among the fleet: decided at the store")
             }
             RuleKind::Local(_) if written == Some(sluice_config::Mode::Synced) => {
@@ -149,44 +149,44 @@ impl Engine {
             RuleKind::Exact(e) => ("exact", e.len()),
         };
         let limit = rule.limit.map(|(n, _)| n);
-        let heavy_keys = rule
-            .stats
-            .heaviest(top)
-            .into_iter()
-            .map(|slot| {
-                let (used, blocked) = match &*rule.kind {
-                    RuleKind::Local(l) => match l.peek(&slot.key, now) {
-                        // A cost-0 look: nothing left means the next request is denied.
-                        Some(Decision::Allowed(a)) => (
-                            Some(rule.capacity.saturating_sub(a.remaining)),
-                            a.remaining == 0,
-                        ),
-                        Some(_) => (Some(rule.capacity), true),
-                        None => (Some(0), false),
-                    },
-                    RuleKind::Synced(s) if s.store_blocked(&slot.key, now) => (None, true),
-                    RuleKind::Synced(s) => s
-                        .key_info(&slot.key, now, self.flusher().view())
-                        .map_or((Some(0), false), |info| {
-                            let used = info.estimate.max(0.0).round() as u64;
-                            let blocked =
-                                info.blocked_until > now || limit.is_some_and(|l| used >= l);
-                            (Some(used), blocked)
-                        }),
-                    RuleKind::Exact(e) => (None, e.is_blocked(&slot.key, now)),
-                    RuleKind::Unlimited => (None, false),
-                    RuleKind::Blocked => (Some(0), true),
-                };
-                KeyReport {
-                    key: display_key(&slot.key),
-                    requests: slot.requests,
-                    denied: slot.denied,
-                    used,
-                    blocked,
-                    estimated: slot.estimated,
-                }
-            })
-            .collect();
+        let heavy_keys =
+            rule.stats
+                .heaviest(top)
+                .into_iter()
+                .map(|slot| {
+                    let (used, blocked) = match &*rule.kind {
+                        RuleKind::Local(l) => match l.peek(&slot.key, now) {
+                            // A cost-0 look: nothing left means the next request is denied.
+                            Some(Decision::Allowed(a)) => (
+                                Some(rule.capacity.saturating_sub(a.remaining)),
+                                a.remaining == 0,
+                            ),
+                            Some(_) => (Some(rule.capacity), true),
+                            None => (Some(0), false),
+                        },
+                        RuleKind::Synced(s) if s.store_blocked(&slot.key, now) => (None, true),
+                        RuleKind::Synced(s) => s
+                            .key_info(&slot.key, now, self.link().view())
+                            .map_or((Some(0), false), |info| {
+                                let used = info.estimate.max(0.0).round() as u64;
+                                let blocked =
+                                    info.blocked_until > now || limit.is_some_and(|l| used >= l);
+                                (Some(used), blocked)
+                            }),
+                        RuleKind::Exact(e) => (None, e.is_blocked(&slot.key, now)),
+                        RuleKind::Unlimited => (None, false),
+                        RuleKind::Blocked => (Some(0), true),
+                    };
+                    KeyReport {
+                        key: display_key(&slot.key),
+                        requests: slot.requests,
+                        denied: slot.denied,
+                        used,
+                        blocked,
+                        estimated: slot.estimated,
+                    }
+                })
+                .collect();
         RuleReport {
             domain: domain.to_owned(),
             id: rule.id.to_string(),

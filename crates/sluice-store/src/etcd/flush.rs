@@ -12,7 +12,7 @@ use super::layout::{
 };
 use super::proto::{Compare, KeyValue, RequestOp, Response, TxnRequest, TxnResponse};
 use super::state::Own;
-use crate::redis::NodeNames;
+use crate::node_entry::NodeNames;
 use crate::{FlushItem, FlushOutcome, FlushReceipt, FlushReply, StoreError};
 
 /// How often a transaction is sent again after its compare failed (the store's idea of its own

@@ -8,10 +8,11 @@ mod replies;
 mod scripts;
 pub(crate) mod slots;
 
+pub(crate) use crate::node_entry::NodeNames;
 pub(crate) use errors::{map_error, map_server_error};
 pub(crate) use pipeline::flush_pipeline;
 pub use pipeline::packed_flush;
-pub(crate) use replies::{NodeNames, parse_exact, parse_presence, parse_time, read_item};
+pub(crate) use replies::{parse_exact, parse_presence, parse_time, read_item};
 
 use backend::{Backend, ClusterBackend, Conn, SentinelBackend};
 

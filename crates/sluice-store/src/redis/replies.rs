@@ -2,13 +2,13 @@
 //! exact scripts' decisions. Every reply is checked; a bad one is an error naming the key,
 //! never a panic.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
 
 use super::pipeline::ItemPlan;
+use crate::node_entry::NodeNames;
 use crate::{FlushItem, FlushOutcome, NodeEntry, Presence, StoreError};
 
 fn as_u64(v: &Value) -> Option<u64> {
@@ -25,25 +25,6 @@ fn as_str(v: &Value) -> Option<&str> {
         Value::BulkString(b) => std::str::from_utf8(b).ok(),
         Value::SimpleString(s) => Some(s),
         _ => None,
-    }
-}
-
-/// The instance ids met while reading one flush's replies: a fleet has a handful, and every
-/// shared key names them all, so each entry clones one of these instead of allocating its own.
-#[derive(Default)]
-pub(crate) struct NodeNames(Vec<Arc<str>>);
-
-impl NodeNames {
-    pub(crate) fn get(&mut self, name: &str) -> Arc<str> {
-        if let Some(known) = self.0.iter().find(|n| &***n == name) {
-            return known.clone();
-        }
-        let new: Arc<str> = name.into();
-        // Bounded: entries someone wrote under many names are read, not remembered.
-        if self.0.len() < 64 {
-            self.0.push(new.clone());
-        }
-        new
     }
 }
 
@@ -184,6 +165,8 @@ pub(crate) fn parse_exact(key: &str, v: &Value, cost: u64) -> Result<Decision, S
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]

@@ -5,8 +5,7 @@ use std::sync::atomic::Ordering;
 
 use metrics::gauge;
 
-use super::{Flusher, PROBE_EVERY_NS, count_store_error};
-use crate::table::RuleTable;
+use super::{PROBE_EVERY_NS, StoreLink, count_store_error};
 
 /// How often an instance announces itself to the store: every second until two answers in a
 /// row agree on the fleet's size (a fleet that starts together learns its size at once), then
@@ -14,7 +13,7 @@ use crate::table::RuleTable;
 const ANNOUNCE_EVERY_NS: u64 = 30_000_000_000;
 const LIVE_FOR: std::time::Duration = std::time::Duration::from_secs(90);
 
-impl Flusher {
+impl StoreLink {
     /// Instances live on the store (0 until the first announcement is answered).
     pub(crate) fn fleet(&self) -> u64 {
         self.fleet.load(Ordering::Relaxed)
@@ -22,7 +21,8 @@ impl Flusher {
 
     /// Announces this instance to the store when due (see [`ANNOUNCE_EVERY_NS`]): the store
     /// answers with the instances live, and its clock.
-    pub(super) async fn announce_if_due(&self, table: &RuleTable) {
+    /// Nothing is announced for an engine with no synced rule (`has_synced` false).
+    pub(crate) async fn announce_if_due(&self, has_synced: bool) {
         let raw_now = self.clock.now();
         let last = self.last_announce.load(Ordering::Relaxed);
         let every = if self.fleet_steady.load(Ordering::Relaxed) {
@@ -30,14 +30,14 @@ impl Flusher {
         } else {
             PROBE_EVERY_NS
         };
-        if !table.has_synced() || (last > 0 && raw_now.saturating_sub(last) < every) {
+        if !has_synced || (last > 0 && raw_now.saturating_sub(last) < every) {
             return;
         }
         self.announce().await;
     }
 
     /// Announces this instance to the store now: the store answers with the instances live
-    /// (kept for [`Flusher::view`]) and its clock.
+    /// (kept for [`StoreLink::view`]) and its clock.
     pub(crate) async fn announce(&self) {
         let raw_now = self.clock.now();
         self.last_announce.store(raw_now.max(1), Ordering::Relaxed);

@@ -8,6 +8,17 @@ use sluice_core::Nanos;
 
 use crate::Engine;
 
+impl Engine {
+    /// Runs the flush loop ([`run_flush_loop`]) for this engine until `shutdown` resolves,
+    /// then flushes everything once more.
+    pub async fn run_flusher(
+        self: Arc<Self>,
+        shutdown: impl Future<Output = ()>,
+    ) -> crate::FlushReport {
+        run_flush_loop(|| self.clone(), || {}, shutdown).await
+    }
+}
+
 /// How long an early sync waits for other keys to ask too: they share its round trip.
 pub const EARLY_SYNC_DELAY: Duration = Duration::from_millis(2);
 

@@ -1,0 +1,340 @@
+//! The simulated fleet: one real `Engine` per node, each on its own manual clock (skewed as the
+//! scenario says), all sharing one `MemoryStore` whose clock, latency and outages follow the
+//! scenario; and the nodes' flush timers, fired in time order as `run_flush_loop` fires them
+//! in `sluice serve`.
+//!
+//! Nothing waits on a runtime: the futures are polled here. A flush that the store has not
+//! answered yet (latency) stays in flight while the node keeps deciding requests, and is polled
+//! every [`POLL_NS`] of simulated time until it completes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use sluice_config::RuleSet;
+use sluice_core::{Clock, ManualClock};
+use sluice_engine::{EARLY_SYNC_DELAY, Engine, EngineOptions, FlushReport};
+use sluice_store::MemoryStore;
+
+use crate::report::EstimateSample;
+use crate::scenario::{Latency, Scenario};
+use crate::traffic::Rng;
+
+pub(crate) const NS: u64 = 1_000_000_000;
+/// How often an in-flight flush is polled, simulated nanoseconds.
+const POLL_NS: u64 = 5_000_000;
+
+fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// The output of a future that cannot wait: the simulator adds latency to flushes only.
+pub(crate) fn ready<F: Future>(f: F) -> F::Output {
+    match poll_once(std::pin::pin!(f)) {
+        Poll::Ready(v) => v,
+        Poll::Pending => unreachable!("the simulator adds latency to flushes only"),
+    }
+}
+
+/// The nodes and the store they share. Times given to its methods are true times in
+/// nanoseconds since the start (`t0` on the store's clock).
+pub(crate) struct Fleet {
+    pub(crate) t0: u64,
+    store_clock: ManualClock,
+    pub(crate) store: Arc<MemoryStore>,
+    outages: Vec<(u64, u64)>,
+    skews: Vec<i64>,
+    clocks: Vec<ManualClock>,
+    pub(crate) engines: Vec<Engine>,
+}
+
+impl Fleet {
+    /// The fleet of `s` running `rules`, the store's clock at `t0`. The nodes that start with
+    /// the run have been up for a moment, as a fleet usually has: each has announced itself
+    /// and heard how many there are (two rounds, so that the first to announce hears of the
+    /// others too).
+    pub(crate) fn new(rules: &RuleSet, s: &Scenario, t0: u64) -> Self {
+        let store_clock = ManualClock::new(t0);
+        let store = Arc::new(MemoryStore::new(Arc::new(store_clock.clone())));
+        let skew_of = |i: usize| s.nodes.skew_ms.get(i).copied().unwrap_or(0) * 1_000_000;
+        let skews: Vec<i64> = (0..s.nodes.count).map(skew_of).collect();
+        let clocks: Vec<ManualClock> = skews
+            .iter()
+            .map(|&skew| ManualClock::new(t0.saturating_add_signed(skew)))
+            .collect();
+        let engines: Vec<Engine> = (0..s.nodes.count)
+            .map(|i| {
+                let options = EngineOptions {
+                    node_id: Some(format!("node-{i}")),
+                    expected_instances: s.nodes.expected.unwrap_or(1),
+                    // Futures are polled here on manual clocks: no tokio timers.
+                    exact_budget_timer: false,
+                    follow_store_clock: s.store.clock,
+                    ..EngineOptions::default()
+                };
+                let clock = Arc::new(clocks[i].clone()) as Arc<dyn Clock>;
+                Engine::new(rules, &Default::default(), store.clone(), clock, options)
+            })
+            .collect();
+        for _ in 0..2 {
+            for (i, engine) in engines.iter().enumerate() {
+                if s.nodes.join_s.get(i).copied().unwrap_or(0) == 0 {
+                    ready(engine.announce());
+                }
+            }
+        }
+        Self {
+            t0,
+            store_clock,
+            store,
+            outages: s.store.outages.clone(),
+            skews,
+            clocks,
+            engines,
+        }
+    }
+
+    /// The store's clock at `x`, and the store down during the scenario's outages.
+    pub(crate) fn set_store(&self, x: u64) {
+        self.store_clock.set(self.t0 + x);
+        let secs = x / NS;
+        let down = self.outages.iter().any(|&(a, b)| (a..b).contains(&secs));
+        self.store.set_available(!down);
+    }
+
+    /// Node `i`'s clock at `x` (with its skew).
+    pub(crate) fn set_clock(&self, i: usize, x: u64) {
+        self.clocks[i].set((self.t0 + x).saturating_add_signed(self.skews[i]));
+    }
+
+    /// How far node `i`'s engine clock reads ahead of true time: its skew, corrected by the
+    /// offset to the store's clock it measured.
+    fn shift(&self, i: usize) -> i64 {
+        self.skews[i].saturating_add(self.engines[i].clock_offset_ns())
+    }
+}
+
+type Flight<'e> = Pin<Box<dyn Future<Output = FlushReport> + 'e>>;
+
+/// A simulated node's timer state.
+struct NodeTimer<'e> {
+    /// Next time its timer fires, ns since the start (true time).
+    next: u64,
+    inflight: Option<Flight<'e>>,
+    /// When its early sync goes (keys asked for one), ns since the start.
+    early: Option<u64>,
+    final_sent: bool,
+    gone: bool,
+}
+
+impl NodeTimer<'_> {
+    /// Its next event: the timer or an early sync.
+    fn due(&self) -> u64 {
+        self.early.map_or(self.next, |e| e.min(self.next))
+    }
+
+    /// Drops the flush in flight once it has completed.
+    fn poll_inflight(&mut self) {
+        if let Some(f) = self.inflight.as_mut()
+            && poll_once(f.as_mut()).is_ready()
+        {
+            self.inflight = None;
+        }
+    }
+}
+
+/// A flush's round trip to the store, drawn log-normal through the scenario's median and 99th
+/// percentile (`store.latency_ms`; none: no latency).
+struct LatencyDraw {
+    rng: Rng,
+    latency: Option<Latency>,
+}
+
+impl LatencyDraw {
+    fn sample(&mut self) -> Duration {
+        let Some(l) = self.latency else {
+            return Duration::ZERO;
+        };
+        let ms = match l.p99 {
+            Some(p99) if p99 > l.median && l.median > 0.0 => {
+                let sigma = (p99 / l.median).ln() / 2.326;
+                (l.median.ln() + sigma * self.rng.normal()).exp()
+            }
+            _ => l.median,
+        };
+        Duration::from_secs_f64((ms / 1000.0).min(600.0))
+    }
+}
+
+/// The nodes' flush timers over a [`Fleet`], and what the observer node's flushes show of the
+/// busiest key.
+pub(crate) struct Timers<'e> {
+    fleet: &'e Fleet,
+    /// When each node leaves (ns since the start).
+    leave: Vec<Option<u64>>,
+    nodes: Vec<NodeTimer<'e>>,
+    latency: LatencyDraw,
+    tick_ns: u64,
+    /// The node whose view of the busiest key is sampled at its flushes, and that key.
+    observer: (usize, &'e str),
+    pub(crate) estimates: Vec<EstimateSample>,
+}
+
+impl<'e> Timers<'e> {
+    pub(crate) fn new(fleet: &'e Fleet, s: &Scenario, observer: (usize, &'e str)) -> Self {
+        let span_ns = s.rule.window_s * NS / u64::from(s.rule.spans);
+        let nodes = (0..s.nodes.count)
+            .map(|i| NodeTimer {
+                next: s.nodes.join_s.get(i).copied().unwrap_or(0) * NS,
+                inflight: None,
+                early: None,
+                final_sent: false,
+                gone: false,
+            })
+            .collect();
+        let leave = (0..s.nodes.count)
+            .map(|i| s.nodes.leave_s.get(i).copied().flatten().map(|l| l * NS))
+            .collect();
+        Self {
+            fleet,
+            leave,
+            nodes,
+            latency: LatencyDraw {
+                rng: Rng::seeded(s.seed, 0xfeed),
+                latency: s.store.latency_ms,
+            },
+            tick_ns: span_ns.clamp(1, NS),
+            observer,
+            estimates: Vec::new(),
+        }
+    }
+
+    /// Node `i` was asked for an early sync that leaves at `at`.
+    pub(crate) fn ask_early(&mut self, i: usize, at: u64) {
+        let node = &mut self.nodes[i];
+        node.early = Some(node.early.map_or(at, |e| e.min(at)));
+    }
+
+    /// Fires every node timer due up to `until`, in time order.
+    pub(crate) fn advance(&mut self, until: u64) {
+        loop {
+            let Some((i, x)) = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| !n.gone)
+                .map(|(i, n)| (i, n.due()))
+                .min_by_key(|&(i, x)| (x, i))
+            else {
+                return;
+            };
+            if x > until {
+                return;
+            }
+            self.fleet.set_store(x);
+            self.fleet.set_clock(i, x);
+            let node = &self.nodes[i];
+            if node.early.is_some_and(|e| e == x && e < node.next) {
+                self.early_sync(i, x);
+            } else {
+                self.tick(i, x);
+            }
+        }
+    }
+
+    /// Node `i`'s early sync at `x`, as `run_flush_loop` sends it: after the flush in flight.
+    fn early_sync(&mut self, i: usize, x: u64) {
+        let fleet = self.fleet;
+        let node = &mut self.nodes[i];
+        node.poll_inflight();
+        if node.inflight.is_some() {
+            node.early = Some(x + POLL_NS);
+            return;
+        }
+        node.early = None;
+        fleet.store.set_clock_latency(self.latency.sample());
+        let mut fut: Flight<'e> = Box::pin(fleet.engines[i].flush_early());
+        if poll_once(fut.as_mut()).is_pending() {
+            node.inflight = Some(fut);
+            node.next = node.next.min(x + POLL_NS);
+        }
+        fleet.store.set_clock_latency(Duration::ZERO);
+    }
+
+    /// Node `i`'s timer at `x`: the flush in flight polled; with none, a new flush (a leaving
+    /// node's last one, after which it is gone); the observer's sample; the next event.
+    fn tick(&mut self, i: usize, x: u64) {
+        let fleet = self.fleet;
+        let leaving = self.leave[i].is_some_and(|l| x >= l);
+        let node = &mut self.nodes[i];
+        node.poll_inflight();
+        let boundary = node.inflight.is_none();
+        if boundary {
+            let mut fut: Flight<'e> = if leaving {
+                if node.final_sent {
+                    node.gone = true;
+                    return;
+                }
+                node.final_sent = true;
+                Box::pin(fleet.engines[i].flush())
+            } else {
+                Box::pin(fleet.engines[i].flush_due())
+            };
+            fleet.store.set_clock_latency(self.latency.sample());
+            if poll_once(fut.as_mut()).is_pending() {
+                node.inflight = Some(fut);
+            }
+            fleet.store.set_clock_latency(Duration::ZERO);
+        }
+        if boundary && i == self.observer.0 && !leaving {
+            self.sample(i, x);
+        }
+        self.schedule(i, x, leaving);
+    }
+
+    /// What node `i` knows of the busiest key at `x`.
+    fn sample(&mut self, i: usize, x: u64) {
+        let request = [("key", self.observer.1)];
+        if let Some(info) = self.fleet.engines[i].key_info("sim", &request).first() {
+            self.estimates.push(EstimateSample {
+                t_s: x as f64 / 1e9,
+                estimate: (info.estimate * 100.0).round() / 100.0,
+                others_read: info.others_read,
+                node_estimate: info.node_estimate,
+                live_instances: info.live_instances,
+            });
+        }
+    }
+
+    /// Node `i`'s next events after its timer at `x`: an early sync a flush reply asked for
+    /// (`run_flush_loop` wakes at once, and waits until the engine's clock reads
+    /// `early_sync_not_before`), and its next tick.
+    fn schedule(&mut self, i: usize, x: u64, leaving: bool) {
+        let (fleet, tick_ns) = (self.fleet, self.tick_ns);
+        let (engine, t0) = (&fleet.engines[i], fleet.t0);
+        let node = &mut self.nodes[i];
+        if node.early.is_none() && engine.early_sync_wanted() {
+            let not_before = engine
+                .early_sync_not_before()
+                .saturating_add_signed(-fleet.shift(i))
+                .saturating_sub(t0);
+            let delay = EARLY_SYNC_DELAY.as_nanos() as u64;
+            node.early = Some((x + delay).max(not_before));
+        }
+        node.next = if node.inflight.is_some() || (leaving && !node.gone) {
+            x + POLL_NS
+        } else {
+            // The node's next tick on its engine's clock, in true time, as `run_flush_loop`
+            // ticks.
+            let shift = fleet.shift(i);
+            let local = (t0 + x).saturating_add_signed(shift);
+            let next_local = (local / tick_ns + 1) * tick_ns;
+            next_local
+                .saturating_add_signed(-shift)
+                .saturating_sub(t0)
+                .max(x + 1)
+        };
+    }
+}
