@@ -63,7 +63,7 @@ events { worker_connections 4096; }
 http {
   access_log off; default_type application/json; keepalive_requests 1000000000;
   server { listen 127.0.0.1:18220; location / { return 200 '{"allowed":true,"remaining":999999,"retry_after_ms":null,"reset_after_ms":0}'; } }
-  server { listen 127.0.0.1:18221 http2; http2_max_requests 1000000000;
+  server { listen 127.0.0.1:18221 http2;
            location / { return 200 '{"overallCode":"OK"}'; } }
 }
 CONF
@@ -153,21 +153,17 @@ for _ in $(seq "$ROUNDS"); do
 done
 
 # 5. Median round per target (by req/s), then the ratios issue 40 sets targets for.
-awk -F'|' '
-  { if (!($1 in n)) order[++k] = $1; i = ++n[$1]; rps[$1, i] = $2; line[$1, i] = $0; all[$1] = all[$1] " " int($2) }
+awk -f scripts/median-round.awk "$W/results" | awk -F'|' '
+  {
+    med[$1] = $2; p99[$1] = $4
+    printf "%-40s %10.0f req/s   p50 %6.2f ms   p99 %6.2f ms   (rounds:%s)\n", $1, $2, $3, $4, $5
+  }
   END {
-    for (j = 1; j <= k; j++) {
-      t = order[j]; c = n[t]
-      for (a = 1; a <= c; a++) idx[a] = a
-      for (a = 1; a <= c; a++) for (b = a + 1; b <= c; b++) if (rps[t, idx[b]] < rps[t, idx[a]]) { x = idx[a]; idx[a] = idx[b]; idx[b] = x }
-      m = idx[int((c + 1) / 2)]; split(line[t, m], f, "|"); med[t] = f[2]; p99[t] = f[4]
-      printf "%-40s %10.0f req/s   p50 %6.2f ms   p99 %6.2f ms   (rounds:%s)\n", t, f[2], f[3], f[4], all[t]
-    }
     h1 = med["ceiling: nginx return 200 (HTTP/1.1)"]; h2 = med["ceiling: nginx return 200 (h2c)"]
     printf "/v1/acquire: %.2fx the ceiling, p99 %.2f ms vs throttlecrab %.2f ms\n", med["sluice /v1/acquire"] / h1, p99["sluice /v1/acquire"], p99["throttlecrab /throttle"]
     printf "/json: %.2fx the ceiling, p99 %.2f ms\n", med["sluice /json"] / h1, p99["sluice /json"]
     printf "RLS gRPC: %.2fx the h2c ceiling, %.2fx throttlecrab gRPC, p99 %.2f ms vs %.2f ms\n", med["sluice RLS gRPC"] / h2, med["sluice RLS gRPC"] / med["throttlecrab gRPC"], p99["sluice RLS gRPC"], p99["throttlecrab gRPC"]
-  }' "$W/results"
+  }'
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 6. Where Sluice's time goes per request: /v1/acquire under load, sampled with perf.
