@@ -174,6 +174,6 @@ if [ "$PROFILE" = 1 ]; then
   perf record -F 999 -g -p "$SLUICE_PID" -o "$W/perf.data" -- sleep "$DURATION" 2> /dev/null
   wait "$load"
   echo "perf: Sluice under /v1/acquire load, self time by symbol (top entries)"
-  perf report -i "$W/perf.data" --no-children --sort symbol --stdio --percent-limit 1 2> /dev/null \
-    | grep -E '^ +[0-9.]+%' | head -40
+  perf report -i "$W/perf.data" --no-children --sort dso,symbol -g none --stdio --percent-limit 0.7 \
+    2> /dev/null | grep -E '^ +[0-9.]+%' | cut -c1-140 | sed 's/ *$//' | head -40
 fi
