@@ -115,3 +115,86 @@ async fn one_slow_chunk_among_answered_ones_does_not_stop_the_flush() {
         "nothing lost, nothing twice"
     );
 }
+
+/// A memory store that notes how many flush calls were on their way when each one started
+/// (each call yields once first, so calls sent together overlap).
+struct Overlapping {
+    inner: MemoryStore,
+    on_the_way: std::sync::atomic::AtomicUsize,
+    at_start: std::sync::Mutex<Vec<usize>>,
+}
+
+impl sluice_store::CounterStore for Overlapping {
+    fn flush_timed<'a>(
+        &'a self,
+        items: &'a [sluice_store::FlushItem],
+        receipt: Option<&'a sluice_store::FlushReceipt>,
+        time: sluice_store::FlushTime,
+    ) -> sluice_store::StoreFuture<'a, sluice_store::FlushReply> {
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            let n = self.on_the_way.fetch_add(1, SeqCst) + 1;
+            self.at_start.lock().unwrap().push(n);
+            tokio::task::yield_now().await;
+            let reply = self.inner.flush_timed(items, receipt, time).await;
+            self.on_the_way.fetch_sub(1, SeqCst);
+            reply
+        })
+    }
+
+    fn landed<'a>(
+        &'a self,
+        items: &'a [sluice_store::FlushItem],
+        receipt: &'a sluice_store::FlushReceipt,
+    ) -> sluice_store::StoreFuture<'a, Vec<Option<bool>>> {
+        self.inner.landed(items, receipt)
+    }
+
+    fn exact<'a>(
+        &'a self,
+        request: &'a sluice_store::ExactRequest,
+    ) -> sluice_store::StoreFuture<'a, sluice_core::Decision> {
+        self.inner.exact(request)
+    }
+
+    fn time(&self) -> sluice_store::StoreFuture<'_, u64> {
+        self.inner.time()
+    }
+
+    fn describe(&self) -> String {
+        "overlapping".into()
+    }
+}
+
+#[tokio::test]
+async fn the_first_chunk_goes_alone_and_then_two_are_on_their_way_at_once() {
+    let clock = ManualClock::new(T0 + SECOND);
+    let shared: Arc<dyn Clock> = Arc::new(clock);
+    let store = Arc::new(Overlapping {
+        inner: MemoryStore::new(shared.clone()),
+        on_the_way: Default::default(),
+        at_start: Default::default(),
+    });
+    let options = EngineOptions {
+        follow_store_clock: false,
+        flush_chunk_items: 2,
+        ..EngineOptions::default()
+    };
+    let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
+    let engine = Engine::new(&rules, &Default::default(), store.clone(), shared, options);
+    for k in 0..KEYS {
+        let user = format!("u{k}");
+        let verdict = now_or_never(engine.check("d", &[[("user", user.as_str())]], 1));
+        assert!(verdict.unwrap().unwrap().allowed);
+    }
+    let report = engine.flush().await;
+    assert_eq!(
+        (report.items, report.round_trips, report.failed),
+        (KEYS, 5, 0)
+    );
+    let at_start = store.at_start.lock().unwrap().clone();
+    assert_eq!(at_start.len(), 5, "five chunks of 2: {at_start:?}");
+    assert_eq!(at_start[0], 1, "the first chunk goes alone: {at_start:?}");
+    assert_eq!(at_start.iter().max(), Some(&2), "{at_start:?}");
+    assert_eq!(totals(&store.inner), vec![1; KEYS], "every count once");
+}
