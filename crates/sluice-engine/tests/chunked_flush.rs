@@ -9,27 +9,32 @@ use common::watched::Watched;
 use common::{SECOND, T0, now_or_never, synced_rule};
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
-use sluice_store::{CounterKey, MemoryStore};
+use sluice_store::{CounterKey, CounterStore, MemoryStore};
 
 const KEYS: usize = 10;
 
 fn setup(chunk: usize) -> (Engine, Arc<MemoryStore>) {
-    let clock = ManualClock::new(T0 + SECOND);
-    let shared: Arc<dyn Clock> = Arc::new(clock);
+    let shared: Arc<dyn Clock> = Arc::new(ManualClock::new(T0 + SECOND));
     let store = Arc::new(MemoryStore::new(shared.clone()));
+    (engine_with(store.clone(), shared, chunk), store)
+}
+
+/// An engine on `store` that flushes in chunks of `chunk` items, each of its `KEYS` keys
+/// counted once.
+fn engine_with(store: Arc<dyn CounterStore>, shared: Arc<dyn Clock>, chunk: usize) -> Engine {
     let options = EngineOptions {
         follow_store_clock: false,
         flush_chunk_items: chunk,
         ..EngineOptions::default()
     };
     let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
-    let engine = Engine::new(&rules, &Default::default(), store.clone(), shared, options);
+    let engine = Engine::new(&rules, &Default::default(), store, shared, options);
     for k in 0..KEYS {
         let user = format!("u{k}");
         let verdict = now_or_never(engine.check("d", &[[("user", user.as_str())]], 1));
         assert!(verdict.unwrap().unwrap().allowed);
     }
-    (engine, store)
+    engine
 }
 
 fn totals(store: &MemoryStore) -> Vec<u64> {
@@ -84,21 +89,9 @@ async fn a_store_that_dies_between_chunks_keeps_what_landed_and_gets_only_the_re
 
 #[tokio::test]
 async fn one_slow_chunk_among_answered_ones_does_not_stop_the_flush() {
-    let clock = ManualClock::new(T0 + SECOND);
-    let shared: Arc<dyn Clock> = Arc::new(clock);
+    let shared: Arc<dyn Clock> = Arc::new(ManualClock::new(T0 + SECOND));
     let store = Arc::new(Watched::new(MemoryStore::new(shared.clone())).failing_flush_call(1));
-    let options = EngineOptions {
-        follow_store_clock: false,
-        flush_chunk_items: 4,
-        ..EngineOptions::default()
-    };
-    let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
-    let engine = Engine::new(&rules, &Default::default(), store.clone(), shared, options);
-    for k in 0..KEYS {
-        let user = format!("u{k}");
-        let verdict = now_or_never(engine.check("d", &[[("user", user.as_str())]], 1));
-        assert!(verdict.unwrap().unwrap().allowed);
-    }
+    let engine = engine_with(store.clone(), shared, 4);
     // Chunks of 4, 4 and 2: the second times out, the third is sent all the same.
     let report = engine.flush().await;
     assert_eq!(
@@ -124,7 +117,7 @@ struct Overlapping {
     at_start: std::sync::Mutex<Vec<usize>>,
 }
 
-impl sluice_store::CounterStore for Overlapping {
+impl CounterStore for Overlapping {
     fn flush_timed<'a>(
         &'a self,
         items: &'a [sluice_store::FlushItem],
@@ -168,25 +161,13 @@ impl sluice_store::CounterStore for Overlapping {
 
 #[tokio::test]
 async fn the_first_chunk_goes_alone_and_then_two_are_on_their_way_at_once() {
-    let clock = ManualClock::new(T0 + SECOND);
-    let shared: Arc<dyn Clock> = Arc::new(clock);
+    let shared: Arc<dyn Clock> = Arc::new(ManualClock::new(T0 + SECOND));
     let store = Arc::new(Overlapping {
         inner: MemoryStore::new(shared.clone()),
         on_the_way: Default::default(),
         at_start: Default::default(),
     });
-    let options = EngineOptions {
-        follow_store_clock: false,
-        flush_chunk_items: 2,
-        ..EngineOptions::default()
-    };
-    let rules = synced_rule(1000, "60s", 6, "predictive", "fixed_window");
-    let engine = Engine::new(&rules, &Default::default(), store.clone(), shared, options);
-    for k in 0..KEYS {
-        let user = format!("u{k}");
-        let verdict = now_or_never(engine.check("d", &[[("user", user.as_str())]], 1));
-        assert!(verdict.unwrap().unwrap().allowed);
-    }
+    let engine = engine_with(store.clone(), shared, 2);
     let report = engine.flush().await;
     assert_eq!(
         (report.items, report.round_trips, report.failed),
