@@ -82,18 +82,11 @@ for _ in $(seq "$ROUNDS"); do
   if [ -x target/envoy-venv/bin/envoy ]; then run "envoy + ratelimit filter -> sluice" 18104; fi
 done
 # Median round per target (by req/s), in the order first seen; then the ratios the targets name.
-awk -F'|' '
-  { if (!($1 in n)) order[++k] = $1; i = ++n[$1]; rps[$1, i] = $2; line[$1, i] = $0; all[$1] = all[$1] " " int($2) }
+awk -f scripts/median-round.awk "$W/results" | awk -F'|' '
+  { med[$1] = $2; printf "%-34s %10s req/s   p50 %8s   p99 %8s   (rounds:%s)\n", $1, $2, $3, $4, $5 }
   END {
-    for (j = 1; j <= k; j++) {
-      t = order[j]; c = n[t]
-      for (a = 1; a <= c; a++) { idx[a] = a }
-      for (a = 1; a <= c; a++) for (b = a + 1; b <= c; b++) if (rps[t, idx[b]] < rps[t, idx[a]]) { x = idx[a]; idx[a] = idx[b]; idx[b] = x }
-      m = idx[int((c + 1) / 2)]; split(line[t, m], f, "|"); med[t] = f[2]
-      printf "%-34s %10s req/s   p50 %8s   p99 %8s   (rounds:%s)\n", t, f[2], f[3], f[4], all[t]
-    }
     on = med["sluice gateway, limiting on"]; off = med["sluice gateway, limiting off"]; ng = med["nginx proxy_pass"]; ev = med["envoy + ratelimit filter -> sluice"]
     printf "on/off %.0f%%   on/nginx %.0f%%   off/nginx %.0f%%", 100 * on / off, 100 * on / ng, 100 * off / ng
     if (ev > 0) printf "   on/envoy %.1fx", on / ev
     printf "\n"
-  }' "$W/results"
+  }'

@@ -193,6 +193,9 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
                 }
                 rt.block_on(other.flush());
             }
+            // The recording starts with the measured flush (the other instance's is not in it).
+            *store.last.lock().unwrap() = (Vec::new(), None);
+            store.copy_ns.store(0, Ordering::Relaxed);
             let commands_before = commands_processed(&redis);
             let cpu_before = cpu_ns();
             let start = quanta::Instant::now();
@@ -232,8 +235,8 @@ fn flush(clock: &ManualClock, shared: &Arc<dyn Clock>) {
     }
 }
 
-/// Keeps the items of the last flush so the bench can replay them, and how long copying them
-/// took (the bench takes it off the flush's time).
+/// Keeps the items of the flush (all its chunks) so the bench can replay them, with the first
+/// chunk's receipt, and how long copying them took (the bench takes it off the flush's time).
 struct Recording {
     inner: RedisStore,
     last: Mutex<(Vec<FlushItem>, Option<FlushReceipt>)>,
@@ -248,9 +251,14 @@ impl CounterStore for Recording {
         time: FlushTime,
     ) -> StoreFuture<'a, FlushReply> {
         let start = quanta::Instant::now();
-        *self.last.lock().unwrap() = (items.to_vec(), receipt.cloned());
+        let mut last = self.last.lock().unwrap();
+        last.0.extend_from_slice(items);
+        if last.1.is_none() {
+            last.1 = receipt.cloned();
+        }
+        drop(last);
         self.copy_ns
-            .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         self.inner.flush_timed(items, receipt, time)
     }
 

@@ -7,6 +7,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesOrdered;
 use metrics::counter;
 use sluice_core::{Clock, Nanos};
 use sluice_store::{
@@ -233,37 +235,46 @@ impl Delivery {
             filtered = items.iter().filter(|i| !is_held(i)).cloned().collect();
             &filtered
         };
-        let mut answer = Sent::default();
-        let mut answers: Vec<ItemResult> = Vec::with_capacity(sent.len());
-        // The store is taken for unreachable (the rest is not sent) when the first chunk
-        // fails, or two in a row do; one slow chunk among answered ones does not stop a
-        // spray's flush.
-        let mut failure: Option<StoreError> = None;
-        let mut failed_in_a_row = 0;
-        let mut stopped = false;
-        for (n, part) in sent.chunks(chunk.max(1)).enumerate() {
-            if stopped {
-                answers.extend(part.iter().map(|_| ItemResult::NotSent));
-                counter!("sluice_flush_chunks_total", "result" => "not_sent").increment(1);
-                continue;
+        let mut progress = Progress {
+            answers: Vec::with_capacity(sent.len()),
+            ..Progress::default()
+        };
+        // Once the store has answered a part, two are in flight: the store runs one while
+        // this process encodes the next or reads the last one's replies (on two CPUs the flush
+        // takes about the longer of the two, not their sum). When the store goes away
+        // mid-flush, the part already on its way is answered (or put in doubt) before the
+        // rest is left unsent.
+        let parts: Vec<&[FlushItem]> = sent.chunks(chunk.max(1)).collect();
+        let receipts: Vec<Option<FlushReceipt>> =
+            parts.iter().map(|p| self.receipt_for(p, owner)).collect();
+        let mut in_flight = FuturesOrdered::new();
+        let mut next = 0;
+        loop {
+            let window = if progress.answer.asked { IN_FLIGHT } else { 1 };
+            while !progress.stopped && next < parts.len() && in_flight.len() < window {
+                let i = next;
+                // The store's clock is read once per flush, with its first part.
+                let time = if i == 0 { time } else { FlushTime::Skip };
+                let sent_at = clock.now();
+                let reply = store.flush_timed(parts[i], receipts[i].as_ref(), time);
+                in_flight.push_back(async move { (i, sent_at, reply.await) });
+                next += 1;
             }
-            // The store's clock is read once per flush, with its first part.
-            let time = if n == 0 { time } else { FlushTime::Skip };
-            let (result, sent_at, received_at) =
-                self.send_part(store, owner, (part, time), clock).await;
-            match result {
-                Ok(reply) => {
-                    failed_in_a_row = 0;
-                    answer.take(reply, part, (sent_at, received_at), &mut answers);
-                }
-                Err(e) => {
-                    answers.extend(part.iter().map(|_| ItemResult::Failed(e.clone())));
-                    failed_in_a_row += 1;
-                    stopped = !answer.asked || failed_in_a_row >= 2;
-                    failure.get_or_insert(e);
-                }
-            }
+            let Some((i, sent_at, result)) = in_flight.next().await else {
+                break;
+            };
+            let times = (sent_at, clock.now());
+            self.answered(parts[i], receipts[i].clone(), result, times, &mut progress);
         }
+        for part in &parts[next..] {
+            progress.not_sent(part);
+        }
+        let Progress {
+            mut answer,
+            answers,
+            failure,
+            ..
+        } = progress;
         let result = match failure {
             Some(e) if !answer.asked => Err(e),
             _ => {
@@ -284,39 +295,52 @@ impl Delivery {
         result
     }
 
-    /// One part of a flush, with a receipt when it adds counts (a part that only reads, early
-    /// syncs ahead of the others' flushes, adds nothing that could be counted twice); an
-    /// answer that did not come makes its keys doubtful. Returns the store's answer and the
-    /// local times it was sent and received.
-    async fn send_part(
+    /// A receipt for a part that adds counts (a part that only reads, early syncs ahead of
+    /// the others' flushes, adds nothing that could be counted twice: it needs none).
+    fn receipt_for(&mut self, part: &[FlushItem], owner: &Arc<str>) -> Option<FlushReceipt> {
+        part.iter().any(|i| i.delta > 0).then(|| {
+            let token = self.next_token;
+            self.next_token = self.next_token.wrapping_add(1);
+            FlushReceipt {
+                owner: owner.clone(),
+                token,
+            }
+        })
+    }
+
+    /// Takes one part's answer: its doubts, its items' results, and whether to go on.
+    fn answered(
         &mut self,
-        store: &dyn CounterStore,
-        owner: &Arc<str>,
-        (part, time): (&[FlushItem], FlushTime),
-        clock: &dyn Clock,
-    ) -> (Result<FlushReply, StoreError>, Nanos, Nanos) {
-        let receipt = part
-            .iter()
-            .any(|i| i.delta > 0)
-            .then(|| self.receipt(owner));
-        let sent_at = clock.now();
-        let result = store.flush_timed(part, receipt.as_ref(), time).await;
-        let received_at = clock.now();
+        part: &[FlushItem],
+        receipt: Option<FlushReceipt>,
+        result: Result<FlushReply, StoreError>,
+        (sent_at, received_at): (Nanos, Nanos),
+        progress: &mut Progress,
+    ) {
         if let Some(receipt) = receipt {
             self.doubt_unknown(&result, part, receipt);
         }
         let outcome = if result.is_ok() { "answered" } else { "failed" };
         counter!("sluice_flush_chunks_total", "result" => outcome).increment(1);
-        (result, sent_at, received_at)
-    }
-
-    /// A new receipt of `owner`'s for a part of a flush that adds counts.
-    fn receipt(&mut self, owner: &Arc<str>) -> FlushReceipt {
-        let token = self.next_token;
-        self.next_token = self.next_token.wrapping_add(1);
-        FlushReceipt {
-            owner: owner.clone(),
-            token,
+        match result {
+            Ok(reply) => {
+                progress.failed_in_a_row = 0;
+                let answers = &mut progress.answers;
+                progress
+                    .answer
+                    .take(reply, part, (sent_at, received_at), answers);
+            }
+            Err(e) => {
+                // The store is taken for unreachable (the rest is not sent) when the first
+                // part fails, or two in a row do; one slow part among answered ones does not
+                // stop a spray's flush.
+                progress
+                    .answers
+                    .extend(part.iter().map(|_| ItemResult::Failed(e.clone())));
+                progress.failed_in_a_row += 1;
+                progress.stopped = !progress.answer.asked || progress.failed_in_a_row >= 2;
+                progress.failure.get_or_insert(e);
+            }
         }
     }
 
@@ -361,7 +385,7 @@ impl Delivery {
     /// on their way) start a new doubt under `receipt`.
     fn doubt_unknown(
         &mut self,
-        result: &Result<sluice_store::FlushReply, StoreError>,
+        result: &Result<FlushReply, StoreError>,
         sent: &[FlushItem],
         receipt: FlushReceipt,
     ) {
@@ -392,6 +416,29 @@ impl Delivery {
                 unknown,
             });
         }
+    }
+}
+
+/// Parts of one flush on their way to the store at once (after the first is answered).
+const IN_FLIGHT: usize = 2;
+
+/// How a flush's parts have fared so far.
+#[derive(Default)]
+struct Progress {
+    answer: Sent,
+    /// The results of the items sent so far, in order.
+    answers: Vec<ItemResult>,
+    failure: Option<StoreError>,
+    failed_in_a_row: usize,
+    /// The store is taken for unreachable: the rest is not sent.
+    stopped: bool,
+}
+
+impl Progress {
+    fn not_sent(&mut self, part: &[FlushItem]) {
+        self.answers
+            .extend(part.iter().map(|_| ItemResult::NotSent));
+        counter!("sluice_flush_chunks_total", "result" => "not_sent").increment(1);
     }
 }
 

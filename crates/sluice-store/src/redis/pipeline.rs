@@ -24,7 +24,9 @@ pub(crate) fn flush_pipeline(
     with_time: bool,
 ) -> (redis::Pipeline, Vec<ItemPlan>, usize) {
     use std::fmt::Write as _;
-    let mut pipe = redis::pipe();
+    // Up to six commands per item; each command's buffers are sized once (redis-rs would
+    // grow them argument by argument: several allocations per command).
+    let mut pipe = redis::Pipeline::with_capacity(items.len() * 3 + 2);
     pipe.ignore_errors();
     let mut n = 0;
     let mut plans = Vec::with_capacity(items.len());
@@ -32,40 +34,51 @@ pub(crate) fn flush_pipeline(
     // no allocation per key here (the flush's cost is per key; a shared key takes 3 commands).
     let mut counter = String::with_capacity(128);
     let mut other = String::with_capacity(128);
+    let mut add = |pipe: &mut redis::Pipeline, args: &[&[u8]]| {
+        let bytes = args.iter().map(|a| a.len()).sum();
+        let mut cmd = redis::Cmd::with_capacity(args.len(), bytes);
+        for a in args {
+            cmd.arg(*a);
+        }
+        pipe.add_command(cmd);
+        n += 1;
+        n - 1
+    };
+    let mut number = itoa::Buffer::new();
+    let mut number2 = itoa::Buffer::new();
     for item in items {
         counter.clear();
         let _ = write!(counter, "{}:{}", item.key, item.window);
-        let ttl_ms = whole_ms(item.ttl);
-        pipe.cmd("INCRBY").arg(counter.as_str()).arg(item.delta);
-        let incr = n;
-        n += 1;
+        let ttl_ms = number2.format(whole_ms(item.ttl)).as_bytes();
+        let incr = add(
+            &mut pipe,
+            &[
+                b"INCRBY",
+                counter.as_bytes(),
+                number.format(item.delta).as_bytes(),
+            ],
+        );
         if item.first_write {
-            pipe.cmd("PEXPIRE").arg(counter.as_str()).arg(ttl_ms);
-            n += 1;
+            add(&mut pipe, &[b"PEXPIRE", counter.as_bytes(), ttl_ms]);
         }
         let previous = item.want_previous.then(|| {
             other.clear();
             let _ = write!(other, "{}:{}", item.key, item.window.saturating_sub(1));
-            pipe.cmd("GET").arg(other.as_str());
-            n += 1;
-            n - 1
+            add(&mut pipe, &[b"GET", other.as_bytes()])
         });
         let entries = item.entry.as_ref().map(|e| {
             counter.push_str(":n");
             other.clear();
             e.encode_into(&mut other);
-            pipe.cmd("HSET")
-                .arg(counter.as_str())
-                .arg(&*e.node)
-                .arg(other.as_str());
-            n += 1;
+            let node = e.node.as_bytes();
+            add(
+                &mut pipe,
+                &[b"HSET", counter.as_bytes(), node, other.as_bytes()],
+            );
             if item.first_write {
-                pipe.cmd("PEXPIRE").arg(counter.as_str()).arg(ttl_ms);
-                n += 1;
+                add(&mut pipe, &[b"PEXPIRE", counter.as_bytes(), ttl_ms]);
             }
-            pipe.cmd("HGETALL").arg(counter.as_str());
-            n += 1;
-            n - 1
+            add(&mut pipe, &[b"HGETALL", counter.as_bytes()])
         });
         plans.push(ItemPlan {
             incr,
@@ -75,16 +88,20 @@ pub(crate) fn flush_pipeline(
     }
     if let (Some(receipt), Some(first)) = (receipt, items.first()) {
         let longest = items.iter().map(|i| i.ttl).max().unwrap_or_default();
-        pipe.cmd("SET")
-            .arg(receipt.marker_key(first))
-            .arg(receipt.token)
-            .arg("PX")
-            .arg(whole_ms(longest));
-        n += 1;
+        let marker = receipt.marker_key(first);
+        add(
+            &mut pipe,
+            &[
+                b"SET",
+                marker.as_bytes(),
+                number.format(receipt.token).as_bytes(),
+                b"PX",
+                number2.format(whole_ms(longest)).as_bytes(),
+            ],
+        );
     }
     if with_time {
-        pipe.cmd("TIME");
-        n += 1;
+        add(&mut pipe, &[b"TIME"]);
     }
     (pipe, plans, n)
 }

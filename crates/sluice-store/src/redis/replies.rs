@@ -29,30 +29,35 @@ fn as_str(v: &Value) -> Option<&str> {
 }
 
 fn parse_entries(v: &Value, names: &mut NodeNames) -> Option<Vec<NodeEntry>> {
-    let pairs: Vec<(&str, &str)> = match v {
-        Value::Array(flat) => flat
-            .chunks(2)
-            .map(|p| match p {
-                [n, e] => Some((as_str(n)?, as_str(e)?)),
-                _ => None,
-            })
-            .collect::<Option<_>>()?,
-        Value::Map(pairs) => pairs
-            .iter()
-            .map(|(n, e)| Some((as_str(n)?, as_str(e)?)))
-            .collect::<Option<_>>()?,
-        _ => return None,
+    // Every field and value must be text, or the reply is not entries at all. An entry
+    // someone else wrote in another shape is skipped, not fatal; past `MAX_ENTRIES` the rest
+    // are not kept (their counts are in the total all the same, and the engine takes counts
+    // no entry accounts for as one group).
+    let mut entries = Vec::new();
+    let mut take = |n: &Value, e: &Value| {
+        let (n, e) = (as_str(n)?, as_str(e)?);
+        if entries.len() < MAX_ENTRIES
+            && let Some(entry) = NodeEntry::decode(n, e, names)
+        {
+            entries.push(entry);
+        }
+        Some(())
     };
-    // An entry someone else wrote in another shape is skipped, not fatal; past
-    // `MAX_ENTRIES` the rest are not kept (their counts are in the total all the same, and the
-    // engine takes counts no entry accounts for as one group).
-    Some(
-        pairs
-            .iter()
-            .filter_map(|(n, e)| NodeEntry::decode(n, e, names))
-            .take(MAX_ENTRIES)
-            .collect(),
-    )
+    match v {
+        Value::Array(flat) => {
+            for pair in flat.chunks(2) {
+                let [n, e] = pair else { return None };
+                take(n, e)?;
+            }
+        }
+        Value::Map(pairs) => {
+            for (n, e) in pairs {
+                take(n, e)?;
+            }
+        }
+        _ => return None,
+    }
+    Some(entries)
 }
 
 /// The most instance entries kept from one key's reply: far more than a fleet has, so that a
