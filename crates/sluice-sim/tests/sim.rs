@@ -464,15 +464,18 @@ fn a_burst_on_every_instance_after_a_trickle_gets_the_limit_and_no_more() {
     // at 250/s on all of them at once. Every instance's rates are a trickle's, each of a
     // different age: budgets split by demand added up to anywhere from half the room to one
     // and a half of it (windows of 318, 304, 378, 383 and 336 of 300). Split evenly where rates
-    // say nothing (a key quiet at the boundary, a key far below its limit), every window holds
-    // within 5% of the limit and admits at least 95% of it.
+    // say nothing (a key quiet at the boundary, a key far below its limit), every window held
+    // within 5% of the limit (311, 304, 315, 312, 310). The first reply after the burst then
+    // read the others as they were before it and handed out room they had spent since; a
+    // budget set at a reply that may lack their flushes now leaves that room out when this
+    // instance spent its own: within 2% of the limit, and at least 95% of it admitted.
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios/mix/surge.yaml");
     let r = run(&Scenario::load(&path).unwrap());
     let predictive = policy(&r, "predictive");
     for (w, &admitted) in predictive.admitted_by_window.iter().enumerate() {
         assert!(
-            (285..=315).contains(&admitted),
+            (285..=306).contains(&admitted),
             "window {w}: {admitted} of 300 ({:?})",
             predictive.admitted_by_window
         );

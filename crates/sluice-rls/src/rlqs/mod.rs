@@ -8,12 +8,14 @@
 //! - `sizing.rs`: the assignment (token bucket, blanket rule) from the room and the share;
 //! - `stream.rs`: one stream's state and answers;
 //! - `limits.rs`: the door's bounds;
+//! - `shared.rs`: what every stream of the service shares;
 //! - `service.rs`: the gRPC service.
 
 mod bucket;
 mod demand;
 mod limits;
 mod service;
+mod shared;
 mod sizing;
 mod stream;
 mod usage;

@@ -16,22 +16,12 @@ use tokio::sync::{mpsc, watch};
 
 use super::demand::DemandBook;
 use super::limits::{PeerStreams, ReportPace, RlqsLimits, StreamSlot};
+use super::shared::Shared;
 use super::stream::{QuotaStream, paced};
 use crate::{SharedEngine, SharedOptions};
 
 /// Responses a stream may have waiting for its peer to read them.
 const RESPONSES_WAITING: usize = 2;
-
-/// What every stream of the service shares.
-pub struct Shared {
-    pub(super) engine: SharedEngine,
-    pub(super) options: SharedOptions,
-    pub(super) limits: RlqsLimits,
-    pub(super) peers: Arc<PeerStreams>,
-    pub(super) demand: DemandBook,
-    stop: watch::Receiver<bool>,
-    next_id: AtomicU64,
-}
 
 /// `StreamRateLimitQuotas` over the engine.
 #[derive(Clone)]

@@ -23,7 +23,7 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use sluice_engine::{Engine, EngineError};
 
 use super::bucket::BucketKey;
-use super::service::Shared;
+use super::shared::Shared;
 use super::sizing::{Assignment, assign};
 use super::usage::{Recorded, record};
 use crate::error::RequestError;

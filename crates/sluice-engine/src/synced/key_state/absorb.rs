@@ -79,18 +79,7 @@ impl KeyState {
             self.flags.insert(KeyFlags::PREV_KNOWN);
         }
         if let Some(previous) = outcome.previous_total {
-            self.prev_global = self.prev_global.max(sat32(previous));
-            self.flags.insert(KeyFlags::PREV_KNOWN);
-            // A penalty longer than the window, earned in the last one: the instances that
-            // saw the key go over block it from then; one that hears of it only now blocks
-            // until the earliest end any of them can have (it went over after the last
-            // window began).
-            if previous > p.limit && p.cooldown_ns > p.window_ns {
-                let until = (window_start - p.window_ns).saturating_add(p.cooldown_ns);
-                if until > now && until > self.blocked_until(p, window_start) {
-                    self.set_blocked_until(p, window_start, until);
-                }
-            }
+            self.read_previous(p, previous, window_start, now);
         }
         // What the total holds beyond our own count and every listed entry's.
         let listed: u64 = outcome
@@ -113,46 +102,15 @@ impl KeyState {
             Other::unlisted_group(sat32(unlisted), now, demand)
         });
         if !outcome.entries.is_empty() {
-            let others_seen = listed > 0
-                || unlisted.is_some()
-                || outcome.entries.iter().any(|e| &*e.node != node);
-            let had_others = shared.as_ref().is_some_and(|x| !x.others.is_empty());
-            let mut others = listed_others(
+            let reply = (outcome, flight, node);
+            self.take_entries(
                 p,
                 shared,
-                outcome,
-                node,
-                (window_start, now),
-                unlisted.is_some(),
-            );
-            others.extend(unlisted);
-            if had_others && others.is_empty() && store.fleet.max(p.expected_instances) > 1 {
-                // Every other instance went quiet for two spans: gone, or quiet between two
-                // bursts of a client that comes back on every instance at once. Settled as
-                // shared, the key would now count as this instance's alone and take the
-                // whole room at the next burst (87 of a burst whose room was 59 an instance,
-                // the mix of users). It is settled again as a new key is: the instances not
-                // listed count as this one does until two boundary replies, or a read a
-                // quarter span after a boundary, show nobody else counts it.
-                self.flags.remove(KeyFlags::SETTLED);
-                self.activity.remove(Activity::BOUNDARY_REPLY);
-            }
-            set_others(shared, others, now);
-            if self.settles(
-                p,
-                shared.as_ref(),
-                others_seen,
-                (flight, window_start),
+                reply,
+                (listed, unlisted),
+                window_start,
                 (now, store),
-            ) {
-                self.flags.insert(KeyFlags::SETTLED);
-            }
-            self.flags.insert(KeyFlags::SEEN_ENTRIES);
-            if model::phantoms(p, self, shared.as_ref(), now, store.fleet) > 0 {
-                // Instances not listed yet get their share of the room: a budget, kept with
-                // the key's shared state.
-                shared.get_or_insert_with(|| Shared::heard_at(now));
-            }
+            );
         } else if self.has(KeyFlags::SEEN_ENTRIES) && early {
             if let Some(x) = shared {
                 x.rebase(p, self.others_read.into(), now);
@@ -179,47 +137,130 @@ impl KeyState {
         if self.has(KeyFlags::SEEN_ENTRIES)
             && let Some(x) = shared
         {
-            let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
-            let previous = x.budget();
-            let mut budget = model::budget(
-                p,
-                self,
-                x,
-                (window_start, now),
-                (phantoms, store.fleet),
-                model::Split::ByDemand,
-            );
-            let listed_behind = !early && self.listed_behind(p, x, now);
-            let capped = if listed_behind || (!early && had_group && flushed_last_span) {
-                previous.map_or(0, |b| self.unflushed_by_others(b, budget))
-            } else {
-                0
-            }
-            .min(budget.amount);
-            budget.amount = budget.amount.saturating_sub(capped);
-            x.set_budget(budget);
-            let span_left = (p.span_of(now) + 1)
-                .saturating_mul(p.span_ns)
-                .saturating_sub(now);
-            let short = f64::from(budget.amount) < self.demand.hits_in(span_left);
-            if !early && (capped > 0 || (listed_behind && short)) {
-                if p.span_of(now) as u16 != self.span {
-                    // No check in this span yet: the early sync asked in the last one is
-                    // not this span's. The span starts here (a check must not start it again
-                    // and ask a second time).
-                    self.span = p.span_of(now) as u16;
-                    self.flags.insert(KeyFlags::SPAN_SET);
-                    self.span_count = 0;
-                    self.activity.new_span();
-                }
-                self.activity.ask_early();
+            let group_behind = had_group && flushed_last_span;
+            self.set_reply_budget(p, x, (early, group_behind), window_start, (now, store));
+        }
+    }
+
+    /// The previous window's total, read with this one's: a penalty longer than the window,
+    /// earned in the last one, blocks the key here too. The instances that saw the key go
+    /// over block it from then; one that hears of it only now blocks until the earliest end
+    /// any of them can have (it went over after the last window began).
+    fn read_previous(&mut self, p: &SyncedParams, previous: u64, window_start: Nanos, now: Nanos) {
+        self.prev_global = self.prev_global.max(sat32(previous));
+        self.flags.insert(KeyFlags::PREV_KNOWN);
+        if previous > p.limit && p.cooldown_ns > p.window_ns {
+            let until = (window_start - p.window_ns).saturating_add(p.cooldown_ns);
+            if until > now && until > self.blocked_until(p, window_start) {
+                self.set_blocked_until(p, window_start, until);
             }
         }
     }
 
+    /// A reply that lists entries: the others as they list them (and the unlisted group of
+    /// what the total holds beyond them), whether the key is settled as shared.
+    fn take_entries(
+        &mut self,
+        p: &SyncedParams,
+        shared: &mut Option<Shared>,
+        (outcome, flight, node): (&FlushOutcome, &Flight, &str),
+        (listed, unlisted): (u64, Option<Other>),
+        window_start: Nanos,
+        (now, store): (Nanos, StoreView),
+    ) {
+        let others_seen =
+            listed > 0 || unlisted.is_some() || outcome.entries.iter().any(|e| &*e.node != node);
+        let had_others = shared.as_ref().is_some_and(|x| !x.others.is_empty());
+        let mut others = listed_others(
+            p,
+            shared,
+            outcome,
+            node,
+            (window_start, now),
+            unlisted.is_some(),
+        );
+        others.extend(unlisted);
+        if had_others && others.is_empty() && store.fleet.max(p.expected_instances) > 1 {
+            // Every other instance went quiet for two spans: gone, or quiet between two
+            // bursts of a client that comes back on every instance at once. Settled as
+            // shared, the key would now count as this instance's alone and take the
+            // whole room at the next burst (87 of a burst whose room was 59 an instance,
+            // the mix of users). It is settled again as a new key is: the instances not
+            // listed count as this one does until two boundary replies, or a read a
+            // quarter span after a boundary, show nobody else counts it.
+            self.flags.remove(KeyFlags::SETTLED);
+            self.activity.remove(Activity::BOUNDARY_REPLY);
+        }
+        set_others(shared, others, now);
+        if self.settles(
+            p,
+            shared.as_ref(),
+            others_seen,
+            (flight, window_start),
+            (now, store),
+        ) {
+            self.flags.insert(KeyFlags::SETTLED);
+        }
+        self.flags.insert(KeyFlags::SEEN_ENTRIES);
+        if model::phantoms(p, self, shared.as_ref(), now, store.fleet) > 0 {
+            // Instances not listed yet get their share of the room: a budget, kept with
+            // the key's shared state.
+            shared.get_or_insert_with(|| Shared::heard_at(now));
+        }
+    }
+
+    /// This instance's budget until its next reply, set at this one: its share of the room,
+    /// less what the others may have spent when the reply may lack their flushes; an early
+    /// sync asked when the reply may have come before the others' flushes of the boundary
+    /// and the budget will not last the span or left that out.
+    fn set_reply_budget(
+        &mut self,
+        p: &SyncedParams,
+        x: &mut Shared,
+        (early, group_behind): (bool, bool),
+        window_start: Nanos,
+        (now, store): (Nanos, StoreView),
+    ) {
+        let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
+        let previous = x.budget();
+        let mut budget = model::budget(
+            p,
+            self,
+            x,
+            (window_start, now),
+            (phantoms, store.fleet),
+            model::Split::ByDemand,
+        );
+        let listed_behind = !early && self.listed_behind(p, x, now);
+        let capped = if listed_behind || (!early && group_behind) {
+            previous.map_or(0, |b| self.unflushed_by_others(b, budget))
+        } else {
+            0
+        }
+        .min(budget.amount);
+        budget.amount = budget.amount.saturating_sub(capped);
+        x.set_budget(budget);
+        let span_left = (p.span_of(now) + 1)
+            .saturating_mul(p.span_ns)
+            .saturating_sub(now);
+        let short = f64::from(budget.amount) < self.demand.hits_in(span_left);
+        if !early && (capped > 0 || (listed_behind && short)) {
+            if p.span_of(now) as u16 != self.span {
+                // No check in this span yet: the early sync asked in the last one is
+                // not this span's. The span starts here (a check must not start it again
+                // and ask a second time).
+                self.span = p.span_of(now) as u16;
+                self.flags.insert(KeyFlags::SPAN_SET);
+                self.span_count = 0;
+                self.activity.new_span();
+            }
+            self.activity.ask_early();
+        }
+    }
+
     /// What a budget set at this reply leaves out of the room it read, when the reply may
-    /// lack the others' latest counts (an early sync's, or a boundary's that came before the
-    /// others' flushes of it) and this instance spent its last budget: the others may have
+    /// lack the others' latest counts (one to a boundary's flush that came before the others'
+    /// flushes of it) and this instance spent its last budget: the others may have
     /// spent theirs too since their last flush, which their demand rates do not tell when
     /// the traffic is a burst on every instance at once. Their budgets were the rest of the
     /// room this one's was a share of; this one's share of them is left out until a read
