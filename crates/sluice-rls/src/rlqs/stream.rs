@@ -56,14 +56,13 @@ impl QuotaStream {
         shared: &Shared,
         reports: RateLimitQuotaUsageReports,
     ) -> Result<Option<RateLimitQuotaResponse>, tonic::Status> {
+        // A report may name more buckets than the stream holds (an Envoy reports every bucket
+        // it has, and anyone who reaches it makes buckets by sending new values): each is
+        // counted and answered all the same. Ending the stream instead left the Envoy with no
+        // assignment at all after a spray of 10,001 user ids, and its fallback then let every
+        // request through. The decoded report is bounded by the message size, its cost by
+        // the pace of usages per second.
         let domain = self.domain_of(&reports.domain)?;
-        if reports.bucket_quota_usages.len() > shared.limits.max_buckets_per_stream {
-            return Err(tonic::Status::resource_exhausted(format!(
-                "{} bucket usages in one report; at most {} are allowed",
-                reports.bucket_quota_usages.len(),
-                shared.limits.max_buckets_per_stream
-            )));
-        }
         let engine = shared.engine.load_full();
         let options = shared.options.load();
         let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
@@ -74,13 +73,14 @@ impl QuotaStream {
                 ))
             })?;
             let key = BucketKey::from_proto(id, &options, i).map_err(tonic::Status::from)?;
-            if !self.buckets.contains_key(&key)
-                && self.buckets.len() >= shared.limits.max_buckets_per_stream
-            {
+            let held = self.buckets.contains_key(&key)
+                || self.buckets.len() < shared.limits.max_buckets_per_stream;
+            if !held {
                 self.overflow(shared);
-                continue;
             }
-            let action = self.bucket(shared, &engine, &domain, key, usage).await?;
+            let action = self
+                .bucket(shared, &engine, &domain, (key, held), usage)
+                .await?;
             actions.push(action);
         }
         metrics::counter!("sluice_rlqs_reports_total").increment(1);
@@ -115,18 +115,19 @@ impl QuotaStream {
             tracing::warn!(
                 stream = self.id,
                 max = shared.limits.max_buckets_per_stream,
-                "rlqs stream holds its most buckets; usage of new ones is not counted"
+                "rlqs stream holds its most buckets; new ones are counted and answered, not held"
             );
         }
     }
 
-    /// Counts one bucket's usage and decides its action.
+    /// Counts one bucket's usage and decides its action; a bucket the stream does not hold
+    /// (`held` false: it holds its most) keeps no state, so it is never abandoned.
     async fn bucket(
         &mut self,
         shared: &Shared,
         engine: &Engine,
         domain: &str,
-        key: BucketKey,
+        (key, held): (BucketKey, bool),
         usage: &BucketQuotaUsage,
     ) -> Result<BucketAction, tonic::Status> {
         let allowed = usage.num_requests_allowed;
@@ -159,7 +160,11 @@ impl QuotaStream {
             denied = usage.num_requests_denied, room = ?recorded.room, ?assignment,
             "rlqs assignment"
         );
-        let previous = self.buckets.insert(key.clone(), assignment);
+        let previous = if held {
+            self.buckets.insert(key.clone(), assignment)
+        } else {
+            None
+        };
         let abandon =
             recorded.room.is_none() && previous.is_some_and(|p| p != Assignment::AllowAll);
         if abandon {
