@@ -231,7 +231,16 @@ async fn an_unknown_domain_allows_all_and_a_first_report_without_domain_is_refus
         Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32))
     );
     let (tx, mut inbox) = open(s.addr).await.unwrap();
-    tx.send(report("", vec![usage(id, 1, 0)])).await.unwrap();
+    tx.send(report("", vec![usage(id.clone(), 1, 0)]))
+        .await
+        .unwrap();
+    let status = inbox.message().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
+    // A domain longer than any rule file's is refused before it is kept or looked up.
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    tx.send(report(&"d".repeat(257), vec![usage(id, 1, 0)]))
+        .await
+        .unwrap();
     let status = inbox.message().await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
 }

@@ -39,6 +39,10 @@ pub struct QuotaStream {
     overflowed: bool,
 }
 
+/// The longest domain a stream may name: the stream keeps it and every usage looks it up, so
+/// a megabyte of domain would cost a megabyte of hashing per usage.
+const MAX_DOMAIN_BYTES: usize = 256;
+
 impl QuotaStream {
     /// A new stream.
     pub fn new(id: u64) -> Self {
@@ -96,6 +100,10 @@ impl QuotaStream {
             None if sent.is_empty() => Err(tonic::Status::invalid_argument(
                 "domain is empty; the first report must name the domain of a rule file",
             )),
+            None if sent.len() > MAX_DOMAIN_BYTES => Err(tonic::Status::invalid_argument(format!(
+                "domain is {} bytes; an RLQS stream's domain has at most {MAX_DOMAIN_BYTES}",
+                sent.len()
+            ))),
             None => {
                 self.domain = Some(sent.to_owned());
                 Ok(sent.to_owned())
