@@ -202,26 +202,14 @@ impl ServiceConfig {
 
 /// The three listeners' addresses, each defaulting on its own.
 fn parse_listen(raw: &RawListen) -> Result<Listen, Located> {
-    let defaults_listen = Listen::default();
+    let defaults = Listen::default();
+    let addr = |field: &str, value: &Option<Spanned<String>>, default: SocketAddr| {
+        value.as_ref().map_or(Ok(default), |a| parse_addr(field, a))
+    };
     Ok(Listen {
-        http: raw
-            .http
-            .as_ref()
-            .map(|a| parse_addr("listen.http", a))
-            .transpose()?
-            .unwrap_or(defaults_listen.http),
-        grpc: raw
-            .grpc
-            .as_ref()
-            .map(|a| parse_addr("listen.grpc", a))
-            .transpose()?
-            .unwrap_or(defaults_listen.grpc),
-        admin: raw
-            .admin
-            .as_ref()
-            .map(|a| parse_addr("listen.admin", a))
-            .transpose()?
-            .unwrap_or(defaults_listen.admin),
+        http: addr("listen.http", &raw.http, defaults.http)?,
+        grpc: addr("listen.grpc", &raw.grpc, defaults.grpc)?,
+        admin: addr("listen.admin", &raw.admin, defaults.admin)?,
     })
 }
 

@@ -96,11 +96,11 @@ impl KeyState {
             x.live_others(p, now)
                 .any(|o| flushed_in_last_span(p, o, now))
         });
-        let had_group = unlisted > 0 && p.predictive();
         let unlisted = (unlisted > 0 && p.predictive()).then(|| {
             let demand = unlisted_demand(p, shared.as_ref(), outcome, unlisted, window_start, now);
             Other::unlisted_group(sat32(unlisted), now, demand)
         });
+        let had_group = unlisted.is_some();
         if !outcome.entries.is_empty() {
             let reply = (outcome, flight, node);
             self.take_entries(
