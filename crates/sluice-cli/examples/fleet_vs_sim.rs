@@ -85,8 +85,8 @@ fn main() {
     for policy in policies {
         let rules = sluice_sim::rule_file(&policy, &scenario);
         let fleet = fleet::Fleet::start(&bin, n.count, &rules, &extra);
-        // Let every instance announce itself to the store before the traffic starts.
-        std::thread::sleep(Duration::from_millis(1500));
+        // Every instance knows the fleet's size before the traffic starts.
+        fleet.wait_until_all_known();
         let commands_before = fleet.store_commands();
         let real = runtime.block_on(fleet::replay(&fleet.http_ports(), &requests, window));
         let commands = fleet.store_commands().saturating_sub(commands_before);

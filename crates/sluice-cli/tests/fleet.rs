@@ -37,7 +37,7 @@ async fn on_real_fleet(
         &sluice_sim::rule_file("predictive", &scenario),
         "",
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    fleet.wait_until_all_known();
     let window = Duration::from_secs(scenario.rule.window_s);
     let real = fleet::replay(&fleet.http_ports(), &requests, window).await;
     let sim = sluice_sim::run(&scenario);

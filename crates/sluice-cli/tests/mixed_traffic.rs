@@ -33,8 +33,8 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
         &sluice_sim::rule_file("predictive", &scenario),
         "",
     );
-    // Let every instance announce itself, so that each knows the fleet's size.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Every instance knows the fleet's size before the traffic starts.
+    fleet.wait_until_all_known();
     let window = Duration::from_secs(scenario.rule.window_s);
     let real = fleet::replay(&fleet.http_ports(), &requests, window).await;
     assert_eq!(real.failed, 0, "{}", fleet.logs());

@@ -102,6 +102,25 @@ impl Fleet {
         Self { instances, redis }
     }
 
+    /// Waits (up to 30 s) until every instance has heard from the store that all of them are
+    /// live (`sluice_fleet_instances` on its admin listener): until then an instance shares a
+    /// limit among fewer instances than there are. Panics, with the logs, when they do not.
+    pub fn wait_until_all_known(&self) {
+        let n = self.instances.len();
+        let known = |i: &Instance| {
+            admin_metrics(i.admin)
+                .lines()
+                .find_map(|l| l.strip_prefix("sluice_fleet_instances "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                == Some(n as f64)
+        };
+        assert!(
+            wait_until(Duration::from_secs(30), || self.instances.iter().all(known)),
+            "the instances did not all learn of each other; they logged:\n{}",
+            self.logs()
+        );
+    }
+
     pub fn http_ports(&self) -> Vec<u16> {
         self.instances.iter().map(|i| i.http).collect()
     }
@@ -136,6 +155,21 @@ impl Fleet {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// An instance's `/metrics` (empty when it does not answer).
+fn admin_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let request = "GET /metrics HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n";
+    let mut out = String::new();
+    if stream.write_all(request.as_bytes()).is_ok() {
+        stream.read_to_string(&mut out).ok();
+    }
+    out
 }
 
 /// A key's requests in one window (numbered from the replay's start).
@@ -207,6 +241,9 @@ impl Replayed {
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
+/// An answer: allowed or not, its time until reset, and when it came (wall clock, ns).
+type Answer = (bool, Option<Duration>, u64);
+
 async fn connect(port: u16) -> Sender {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -218,11 +255,18 @@ async fn connect(port: u16) -> Sender {
     sender
 }
 
-/// One `/json` check of `key` at cost `cost`: `Some(allowed)`, `None` on any other answer.
+/// One `/json` check of `key` at cost `cost`: `Some((allowed, until_reset))`, `None` on any
+/// other answer. `until_reset` is the answer's time until the window that counted the request
+/// ends (`durationUntilReset`), when it has one.
 /// A keep-alive connection the server closed while it sat in the pool (its idle timeout) fails
 /// before the request is sent: the request goes again on a new connection (it cannot have been
 /// counted), and `sender` is replaced by it.
-async fn check(sender: &mut Sender, port: u16, key: &str, cost: u32) -> Option<bool> {
+async fn check(
+    sender: &mut Sender,
+    port: u16,
+    key: &str,
+    cost: u32,
+) -> Option<(bool, Option<Duration>)> {
     let body = format!(
         r#"{{"domain":"sim","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}],"hitsAddend":{cost}}}"#
     );
@@ -253,18 +297,29 @@ async fn check(sender: &mut Sender, port: u16, key: &str, cost: u32) -> Option<b
         }
     };
     let status = response.status().as_u16();
-    response.into_body().collect().await.ok()?;
-    match status {
-        200 => Some(true),
-        429 => Some(false),
-        _ => None,
-    }
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    let allowed = match status {
+        200 => true,
+        429 => false,
+        _ => return None,
+    };
+    let until_reset = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            let d = v["statuses"][0]["durationUntilReset"].as_str()?;
+            Duration::try_from_secs_f64(d.strip_suffix('s')?.parse().ok()?).ok()
+        });
+    Some((allowed, until_reset))
 }
 
 /// Sends `requests` (times from the start of a window) to `ports` (request `node` goes to
 /// `ports[node]`) in real time, starting at the next window boundary of the wall clock (the
 /// instances' windows are aligned to it, as the simulator's are to its start), and tallies
-/// each request in the window of the moment it was sent.
+/// each request in the window that decided it: the one whose end its answer names (the time
+/// it was answered plus its time until reset), or, for an answer without one, the window of
+/// the moment it was sent. (Tallied by the moment it was sent, a request held up at a window's
+/// end on a busy machine, counted in the next window, looked like an over-admission of the
+/// window it was sent in.)
 pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Duration) -> Replayed {
     let clock = SystemClock::new();
     let window_ns = window.as_nanos() as u64;
@@ -289,13 +344,20 @@ pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Dur
     let base_ns = clock.now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut out = Replayed::default();
-    let mut tally = |(key, sent, answer, late): (String, u64, Option<bool>, bool)| {
-        let window = sent.saturating_sub(start_ns) / window_ns;
+    let mut tally = |(key, sent, answer, late): (String, u64, Option<Answer>, bool)| {
+        let window = match answer {
+            // The end of the deciding window, to the nearest window boundary.
+            Some((_, Some(until_reset), answered)) => {
+                let end = answered.saturating_add(until_reset.as_nanos() as u64);
+                ((end.saturating_sub(start_ns) + window_ns / 2) / window_ns).saturating_sub(1)
+            }
+            _ => sent.saturating_sub(start_ns) / window_ns,
+        };
         let count = out.counts.entry((key, window)).or_default();
         count.offered += 1;
         match answer {
-            Some(true) => count.admitted += 1,
-            Some(false) => {}
+            Some((true, ..)) => count.admitted += 1,
+            Some((false, ..)) => {}
             None => out.failed += 1,
         }
         out.late += u64::from(late);
@@ -311,7 +373,9 @@ pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Dur
                 Some(s) => s,
                 None => connect(port).await,
             };
-            let answer = check(&mut sender, port, &key, cost).await;
+            let answer = check(&mut sender, port, &key, cost)
+                .await
+                .map(|(allowed, until_reset)| (allowed, until_reset, SystemClock::new().now()));
             if answer.is_some() {
                 pool.lock().await.push(sender);
             }
