@@ -39,7 +39,19 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
     let real = fleet::replay(&fleet.http_ports(), &requests, window).await;
     assert_eq!(real.failed, 0, "{}", fleet.logs());
     let limit = scenario.rule.limit;
-    let real = real.classes(limit);
+    let replayed = real;
+    // Each busy key's windows (offered/admitted), for a failing check.
+    let windows = |class: &str| {
+        replayed
+            .counts
+            .iter()
+            .filter(|((key, _), c)| key.starts_with(class) && c.offered > limit)
+            .map(|((key, w), c)| format!("{key} w{w}: {}/{}", c.admitted, c.offered))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let late = replayed.late;
+    let real = replayed.classes(limit);
     let sim = sluice_sim::run(&scenario).policies.remove(0).classes;
     eprintln!(
         "real:\n{}\nsimulator:\n{}",
@@ -55,9 +67,10 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
     for c in real.iter().filter(|c| c.class != "bursty") {
         assert!(
             c.over_max_pct <= 5.0 + one,
-            "{}: a window {:.1}% over the limit; the instances logged:\n{}",
+            "{}: a window {:.1}% over the limit ({}; {late} requests sent late); the instances logged:\n{}",
             c.class,
             c.over_max_pct,
+            windows(&c.class),
             fleet.logs()
         );
     }
