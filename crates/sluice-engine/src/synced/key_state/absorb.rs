@@ -232,7 +232,20 @@ impl KeyState {
             model::Split::ByDemand,
         );
         let listed_behind = !early && self.listed_behind(p, x, now);
-        let capped = if listed_behind || (!early && group_behind) {
+        // An early reply, every other instance listed, to an instance whose budget was set
+        // mid-span (at the first request after a quiet span, or at an early reply): that
+        // budget was split with rates as old as the quiet, and so were the others' if they
+        // met the same burst. Having spent it is the sign: they may hold budgets this reply's
+        // room still counts (`stress/sparse-surge.yaml`, a trickle of 0.2/s then a surge on
+        // five instances: first windows at 329-372 of 300 before, 296-360 after; the surge
+        // class of `mix/five.yaml` from 5.7% over to 2.7%). Not after a boundary's budget:
+        // split with every rate fresh, a spent one is this instance's own demand (a client
+        // pinned to it), and leaving the others' part out locked the next burst out.
+        let stale_split = early
+            && phantoms == 0
+            && previous.is_some_and(|b| set_mid_span(p, b.at, now))
+            && x.live_others(p, now).any(|o| !o.unlisted());
+        let capped = if listed_behind || (!early && group_behind) || stale_split {
             previous.map_or(0, |b| self.unflushed_by_others(b, budget))
         } else {
             0
@@ -352,4 +365,11 @@ impl KeyState {
 fn flushed_in_last_span(p: &SyncedParams, other: &Other, now: Nanos) -> bool {
     let span_start = p.span_of(now).saturating_mul(p.span_ns);
     (span_start.saturating_sub(p.span_ns)..span_start).contains(&other.at)
+}
+
+/// Whether a budget was set in `now`'s span after its boundary's replies (at the first request
+/// after a quiet span, or at an early reply).
+fn set_mid_span(p: &SyncedParams, at: Nanos, now: Nanos) -> bool {
+    let span_start = p.span_of(now).saturating_mul(p.span_ns);
+    at >= span_start + p.settle_margin()
 }
