@@ -313,23 +313,13 @@ impl KeyState {
         let w = p.window_of(now);
         self.roll(p, shared.as_deref_mut(), w, now);
         let window_start = p.window_start(self.key_window(w));
-        let span = p.span_of(now);
-        if !self.has(KeyFlags::SPAN_SET) || (span as u16).wrapping_sub(self.span) as i16 > 0 {
-            // A new span (spans only move forward).
-            self.span = span as u16;
-            self.flags.insert(KeyFlags::SPAN_SET);
-            self.span_count = 0;
-            self.activity.new_span();
-        }
-        let span_end = (span + 1).saturating_mul(p.span_ns);
+        let span_end = self.enter_span(p, now);
         self.activity.mark();
         let reset_after = (window_start + p.window_ns).saturating_sub(now);
         if cost > p.limit {
             let capacity = p.limit;
-            return (
-                Decision::InsufficientCapacity(InsufficientCapacity { cost, capacity }),
-                None,
-            );
+            let decision = Decision::InsufficientCapacity(InsufficientCapacity { cost, capacity });
+            return (decision, None);
         }
         let cost32 = sat32(cost);
         self.offered = self.offered.saturating_add(cost32);
@@ -347,10 +337,7 @@ impl KeyState {
             let retry = match reason {
                 // The next news of the others: an early sync asked for now comes back within
                 // moments; otherwise the span's flush.
-                FallbackDenial::ColdSpan if self.activity.ask_early() => {
-                    (span_end - now).min(EARLY_SYNC_RETRY_NS)
-                }
-                FallbackDenial::ColdSpan => span_end - now,
+                FallbackDenial::ColdSpan => self.next_news(now, span_end),
                 FallbackDenial::StoreDown => {
                     self.block(p, window_start, now);
                     self.blocked_until(p, window_start).saturating_sub(now)
@@ -365,13 +352,7 @@ impl KeyState {
             // and the key is counted up to one over the limit, so every instance learns of it
             // from its next flush reply (this window's total, or the previous one's).
             Err(_) if self.exceeded_for_penalty(p, cost) => {
-                self.block(p, window_start, now);
-                let over = u64::from(self.local) + u64::from(self.others_read);
-                let marker = sat32((p.limit + 1).saturating_sub(over).max(1));
-                self.local = self.local.saturating_add(marker);
-                self.unflushed = self.unflushed.saturating_add(marker);
-                self.activity.ask_early();
-                let retry = self.blocked_until(p, window_start).saturating_sub(now);
+                let retry = self.start_penalty(p, window_start, now);
                 return (denied(retry), Some(Reason::GlobalBlock));
             }
             Err(Refusal::Limit) => return (denied(reset_after), Some(Reason::Estimate)),
@@ -381,33 +362,65 @@ impl KeyState {
             Err(Refusal::Unread { from }) => {
                 let retry = if from > now {
                     from - now
-                } else if self.activity.ask_early() {
-                    (span_end - now).min(EARLY_SYNC_RETRY_NS)
                 } else {
-                    span_end - now
+                    self.next_news(now, span_end)
                 };
                 return (denied(retry), Some(Reason::Estimate));
             }
             // The budget is set again at the next reply: the span's flush.
             Err(Refusal::Budget) => return (denied(span_end - now), Some(Reason::Estimate)),
         };
+        self.count_admitted(p, cost32, store);
+        let allowed = Allowed {
+            remaining: p.limit.saturating_sub(used + cost),
+            reset_after: Duration::from_nanos(reset_after),
+            delay: Duration::ZERO,
+        };
+        (Decision::Allowed(allowed), None)
+    }
+
+    /// Counts an admitted request; asks for an early sync once the cold span's share is spent.
+    fn count_admitted(&mut self, p: &SyncedParams, cost32: u32, store: StoreView) {
         self.local = self.local.saturating_add(cost32);
         self.unflushed = self.unflushed.saturating_add(cost32);
         self.span_count = self.span_count.saturating_add(cost32);
         if self.cold_share_spent(p, store) {
             self.activity.ask_early();
         }
-        let remaining = p.limit.saturating_sub(used + cost);
-        let reset_after = Duration::from_nanos(reset_after);
-        let delay = Duration::ZERO;
-        (
-            Decision::Allowed(Allowed {
-                remaining,
-                reset_after,
-                delay,
-            }),
-            None,
-        )
+    }
+
+    /// Enters `now`'s span if it is a new one (spans only move forward); the span's end.
+    fn enter_span(&mut self, p: &SyncedParams, now: Nanos) -> Nanos {
+        let span = p.span_of(now);
+        if !self.has(KeyFlags::SPAN_SET) || (span as u16).wrapping_sub(self.span) as i16 > 0 {
+            self.span = span as u16;
+            self.flags.insert(KeyFlags::SPAN_SET);
+            self.span_count = 0;
+            self.activity.new_span();
+        }
+        (span + 1).saturating_mul(p.span_ns)
+    }
+
+    /// When a refused request may try again for news of the others: soon when an early sync
+    /// is asked for now, otherwise at the span's flush.
+    fn next_news(&mut self, now: Nanos, span_end: Nanos) -> Nanos {
+        if self.activity.ask_early() {
+            (span_end - now).min(EARLY_SYNC_RETRY_NS)
+        } else {
+            span_end - now
+        }
+    }
+
+    /// Starts a penalty's block at `now` and counts the key up to one over the limit, so that
+    /// every instance learns of it from its next flush reply; the time until the block ends.
+    fn start_penalty(&mut self, p: &SyncedParams, window_start: Nanos, now: Nanos) -> Nanos {
+        self.block(p, window_start, now);
+        let over = u64::from(self.local) + u64::from(self.others_read);
+        let marker = sat32((p.limit + 1).saturating_sub(over).max(1));
+        self.local = self.local.saturating_add(marker);
+        self.unflushed = self.unflushed.saturating_add(marker);
+        self.activity.ask_early();
+        self.blocked_until(p, window_start).saturating_sub(now)
     }
 
     /// Whether a penalty rule's limit is certainly exceeded by a refused request of `cost`:

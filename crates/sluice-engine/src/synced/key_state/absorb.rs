@@ -116,20 +116,7 @@ impl KeyState {
                 x.rebase(p, self.others_read.into(), now);
             }
         } else if self.has(KeyFlags::SEEN_ENTRIES) {
-            // A flush that only added its count (the key was ours alone, or far below its
-            // limit): anything beyond our count is someone else's, one unlisted group. The
-            // entries known from before go: their counts are in that total too. Except, with
-            // nothing beyond our count, the ones carried from the previous window (entries or
-            // its unlisted group): they have not flushed in this one yet (its boundaries'
-            // flushes land together), and dropping them would leave the key to this instance
-            // alone for a span.
-            let mut others = shared
-                .as_mut()
-                .map(|x| std::mem::take(&mut x.others))
-                .unwrap_or_default();
-            others.retain(|o| unlisted.is_none() && o.at <= window_start);
-            others.extend(unlisted);
-            set_others(shared, others, now);
+            others_from_count_only(shared, unlisted, window_start, now);
         }
         if outcome.total > p.limit {
             self.block(p, window_start, now);
@@ -352,4 +339,25 @@ impl KeyState {
 fn flushed_in_last_span(p: &SyncedParams, other: &Other, now: Nanos) -> bool {
     let span_start = p.span_of(now).saturating_mul(p.span_ns);
     (span_start.saturating_sub(p.span_ns)..span_start).contains(&other.at)
+}
+
+/// A flush that only added its count (the key was ours alone, or far below its limit):
+/// anything beyond our count is someone else's, one unlisted group. The entries known from
+/// before go: their counts are in that total too. Except, with nothing beyond our count, the
+/// ones carried from the previous window (entries or its unlisted group): they have not
+/// flushed in this one yet (its boundaries' flushes land together), and dropping them would
+/// leave the key to this instance alone for a span.
+fn others_from_count_only(
+    shared: &mut Option<Shared>,
+    unlisted: Option<Other>,
+    window_start: Nanos,
+    now: Nanos,
+) {
+    let mut others = shared
+        .as_mut()
+        .map(|x| std::mem::take(&mut x.others))
+        .unwrap_or_default();
+    others.retain(|o| unlisted.is_none() && o.at <= window_start);
+    others.extend(unlisted);
+    set_others(shared, others, now);
 }
