@@ -135,6 +135,18 @@ impl KeyState {
         self.has(KeyFlags::SETTLED)
     }
 
+    /// What the model reads of this key.
+    pub(crate) fn view(&self) -> model::KeyView {
+        model::KeyView {
+            local: self.local,
+            others_read: self.others_read,
+            prev_global: self.prev_global,
+            prev_local: self.prev_local,
+            demand: self.demand,
+            settled: self.settled(),
+        }
+    }
+
     /// Whether an early sync was asked for since the last call (see [`Activity::ask_early`]).
     pub(crate) fn take_early_sync(&mut self) -> bool {
         self.activity.take_to_queue()
@@ -467,7 +479,7 @@ impl KeyState {
         }
         // Predictive: at least the instances the store counted before it went silent.
         let floor = if p.predictive() { parties } else { 1 };
-        let nodes = model::node_estimate(self).max(floor);
+        let nodes = model::node_estimate(&self.view()).max(floor);
         let use_fallback = !store.health.answering() && (!p.predictive() || !seen_entries);
         (use_fallback && !model::fits_share(p, nodes, span_count, local, cost))
             .then_some(FallbackDenial::StoreDown)

@@ -189,7 +189,7 @@ impl KeyState {
             self.flags.insert(KeyFlags::SETTLED);
         }
         self.flags.insert(KeyFlags::SEEN_ENTRIES);
-        if model::phantoms(p, self, shared.as_ref(), now, store.fleet) > 0 {
+        if model::phantoms(p, &self.view(), shared.as_ref(), now, store.fleet) > 0 {
             // Instances not listed yet get their share of the room: a budget, kept with
             // the key's shared state.
             shared.get_or_insert_with(|| Shared::heard_at(now));
@@ -208,11 +208,11 @@ impl KeyState {
         window_start: Nanos,
         (now, store): (Nanos, StoreView),
     ) {
-        let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
+        let phantoms = model::phantoms(p, &self.view(), Some(x), now, store.fleet);
         let previous = x.budget();
         let mut budget = model::budget(
             p,
-            self,
+            &self.view(),
             x,
             (window_start, now),
             (phantoms, store.fleet),

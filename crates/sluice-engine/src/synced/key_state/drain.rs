@@ -107,7 +107,7 @@ impl KeyState {
                 || !self.has(KeyFlags::SETTLED)
                 || self.has(KeyFlags::CUT_OFF)
                 || shared.is_some_and(|x| {
-                    x.needed(now) && !model::far_below(p, self, x, window_start, now, 0)
+                    x.needed(now) && !model::far_below(p, &self.view(), x, window_start, now, 0)
                 }))
     }
 }
