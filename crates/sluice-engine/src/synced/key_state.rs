@@ -130,9 +130,14 @@ impl KeyState {
         self.flags.contains(flag)
     }
 
-    /// Whether the key's sharing is settled (see [`KeyFlags::SETTLED`]).
+    /// Whether the key's sharing is settled (see [`super::flags::Sharing`]).
     pub(crate) fn settled(&self) -> bool {
-        self.has(KeyFlags::SETTLED)
+        self.flags.sharing().settled()
+    }
+
+    /// Whether a reply for the key carried entries: its cold start is over.
+    fn seen_entries(&self) -> bool {
+        self.flags.sharing().seen_entries()
     }
 
     /// What the model reads of this key.
@@ -276,8 +281,7 @@ impl KeyState {
         let demand_at = timeline.at(old_start, self.demand_at);
         self.demand_at = timeline.stamp(start, demand_at);
         self.activity.shift(gap);
-        // The replies of the window before say nothing of who counts in this one.
-        self.activity.remove(Activity::BOUNDARY_REPLY);
+        self.flags.set_sharing(self.flags.sharing().new_window());
         self.flags.remove(KeyFlags::PREV_KNOWN);
         if gap >= 2 {
             // A whole window has passed: the span kept is not the current one, and after
@@ -452,7 +456,7 @@ impl KeyState {
         let parties = store.fleet.max(p.expected_instances);
         p.predictive()
             && store.health.answering()
-            && !self.has(KeyFlags::SEEN_ENTRIES)
+            && !self.seen_entries()
             && parties > 1
             && !model::fits_share(p, parties, self.span_count.into(), self.local.into(), 1)
     }
@@ -470,7 +474,7 @@ impl KeyState {
         cost: u64,
         store: StoreView,
     ) -> Option<FallbackDenial> {
-        let seen_entries = self.has(KeyFlags::SEEN_ENTRIES);
+        let seen_entries = self.seen_entries();
         let (span_count, local) = (u64::from(self.span_count), u64::from(self.local));
         let cold = p.predictive() && !seen_entries && store.health.answering();
         let parties = store.fleet.max(p.expected_instances);

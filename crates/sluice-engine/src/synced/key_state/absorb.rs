@@ -6,7 +6,7 @@
 use sluice_core::Nanos;
 use sluice_store::FlushOutcome;
 
-use super::super::flags::{Activity, KeyFlags};
+use super::super::flags::{KeyFlags, Sharing};
 use super::super::model;
 use super::super::params::SyncedParams;
 use super::super::reply::{listed_others, unlisted_demand};
@@ -111,17 +111,17 @@ impl KeyState {
                 window_start,
                 (now, store),
             );
-        } else if self.has(KeyFlags::SEEN_ENTRIES) && early {
+        } else if self.seen_entries() && early {
             if let Some(x) = shared {
                 x.rebase(p, self.others_read.into(), now);
             }
-        } else if self.has(KeyFlags::SEEN_ENTRIES) {
+        } else if self.seen_entries() {
             others_from_count_only(shared, unlisted, window_start, now);
         }
         if outcome.total > p.limit {
             self.block(p, window_start, now);
         }
-        if self.has(KeyFlags::SEEN_ENTRIES)
+        if self.seen_entries()
             && let Some(x) = shared
         {
             let group_behind = had_group && flushed_last_span;
@@ -175,8 +175,7 @@ impl KeyState {
             // the mix of users). It is settled again as a new key is: the instances not
             // listed count as this one does until two boundary replies, or a read a
             // quarter span after a boundary, show nobody else counts it.
-            self.flags.remove(KeyFlags::SETTLED);
-            self.activity.remove(Activity::BOUNDARY_REPLY);
+            self.flags.set_sharing(self.flags.sharing().unsettle());
         }
         set_others(shared, others, now);
         if self.settles(
@@ -186,9 +185,9 @@ impl KeyState {
             (flight, window_start),
             (now, store),
         ) {
-            self.flags.insert(KeyFlags::SETTLED);
+            self.flags.set_sharing(Sharing::Settled);
         }
-        self.flags.insert(KeyFlags::SEEN_ENTRIES);
+        self.flags.set_sharing(self.flags.sharing().entries_seen());
         if model::phantoms(p, &self.view(), shared.as_ref(), now, store.fleet) > 0 {
             // Instances not listed yet get their share of the room: a budget, kept with
             // the key's shared state.
@@ -310,7 +309,7 @@ impl KeyState {
     ) -> bool {
         let parties = store.fleet.max(p.expected_instances);
         if parties <= 1 {
-            return others_seen || self.has(KeyFlags::SEEN_ENTRIES);
+            return others_seen || self.seen_entries();
         }
         let listed = shared.map_or(0, |x| x.live_others(p, now).count() as u64);
         if listed + 1 >= parties {
@@ -322,14 +321,14 @@ impl KeyState {
             let sent = flight.sent_at;
             let span_start = p.span_of(sent).saturating_mul(p.span_ns);
             return p.shareable(parties)
-                && self.activity.contains(Activity::BOUNDARY_REPLY)
+                && self.flags.sharing().boundary_replied()
                 && sent >= span_start + p.settle_margin();
         }
         if p.span_of(now) == p.span_of(window_start) {
             return false;
         }
-        let second = self.activity.contains(Activity::BOUNDARY_REPLY);
-        self.activity.insert(Activity::BOUNDARY_REPLY);
+        let (phase, second) = self.flags.sharing().boundary_reply();
+        self.flags.set_sharing(phase);
         second
     }
 }

@@ -4,7 +4,6 @@
 
 use sluice_core::Nanos;
 
-use super::super::flags::KeyFlags;
 use super::super::model;
 use super::super::params::SyncedParams;
 use super::super::shared::Shared;
@@ -88,7 +87,7 @@ impl KeyState {
         );
         let refusal = if estimate + cost as f64 > p.limit as f64 {
             Some(Refusal::Limit)
-        } else if self.has(KeyFlags::SEEN_ENTRIES)
+        } else if self.seen_entries()
             && let Some(shared) = shared.as_deref_mut()
             && !self.within_budget(p, shared, window_start, now, cost, (phantoms, store.fleet))
         {
