@@ -7,7 +7,7 @@ use serde_saphyr::Spanned;
 
 use crate::error::{Located, suggestion};
 use crate::fields::{HeaderStyle, MAX_COST, non_empty, parse_addr, parse_headers};
-use crate::raw::{RawAction, RawGateway, RawRoute};
+use crate::raw::{RawAction, RawGateway, RawRoute, RawRouteMatch};
 
 /// How a gateway route matches requests.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -398,13 +398,44 @@ pub(crate) fn first_geo_action(raw: &RawGateway) -> Option<&Spanned<RawAction>> 
 
 pub(crate) fn route(raw: &RawRoute) -> Result<Route, Located> {
     let m = &raw.matcher.value;
+    check_paths(&raw.matcher)?;
+    let method = route_method(m)?;
+    let cost = route_cost(raw)?;
+    let rate_limits = raw
+        .rate_limits
+        .iter()
+        .map(|entry| {
+            if entry.actions.value.is_empty() {
+                return Err(Located::at(
+                    &entry.actions,
+                    "`actions` is empty; list at least one action",
+                ));
+            }
+            entry.actions.value.iter().map(action).collect()
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Route {
+        matcher: RouteMatch {
+            path_prefix: m.path_prefix.as_ref().map(|p| p.value.clone()),
+            path: m.path.as_ref().map(|p| p.value.clone()),
+            path_template: m.path_template.as_ref().map(|p| p.value.clone()),
+            method,
+        },
+        cost,
+        rate_limits,
+    })
+}
+
+/// One path matcher at most, each starting with `/`, a template's segments named.
+fn check_paths(matcher: &Spanned<RawRouteMatch>) -> Result<(), Located> {
+    let m = &matcher.value;
     let paths = [&m.path_prefix, &m.path, &m.path_template]
         .iter()
         .filter(|p| p.is_some())
         .count();
     if paths > 1 {
         return Err(Located::at(
-            &raw.matcher,
+            matcher,
             "a route matches on one of `path_prefix`, `path` or `path_template`, not several",
         ));
     }
@@ -431,8 +462,12 @@ pub(crate) fn route(raw: &RawRoute) -> Result<Route, Located> {
             ));
         }
     }
-    let method = m
-        .method
+    Ok(())
+}
+
+/// The route's method in upper case, one of HTTP's nine.
+fn route_method(m: &RawRouteMatch) -> Result<Option<String>, Located> {
+    m.method
         .as_ref()
         .map(|meth| {
             let upper = meth.value.to_ascii_uppercase();
@@ -452,43 +487,22 @@ pub(crate) fn route(raw: &RawRoute) -> Result<Route, Located> {
                 ))
             }
         })
-        .transpose()?;
-    let cost = match &raw.cost {
-        None => 1,
-        Some(c) if (1..=MAX_COST).contains(&c.value) => c.value as u64,
-        Some(c) => {
-            return Err(Located::at(
-                c,
-                format!(
-                    "cost must be between 1 and {MAX_COST}, found {}; a free route simply has no `rate_limits`",
-                    c.value
-                ),
-            ));
-        }
-    };
-    let rate_limits = raw
-        .rate_limits
-        .iter()
-        .map(|entry| {
-            if entry.actions.value.is_empty() {
-                return Err(Located::at(
-                    &entry.actions,
-                    "`actions` is empty; list at least one action",
-                ));
-            }
-            entry.actions.value.iter().map(action).collect()
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Route {
-        matcher: RouteMatch {
-            path_prefix: m.path_prefix.as_ref().map(|p| p.value.clone()),
-            path: m.path.as_ref().map(|p| p.value.clone()),
-            path_template: m.path_template.as_ref().map(|p| p.value.clone()),
-            method,
-        },
-        cost,
-        rate_limits,
-    })
+        .transpose()
+}
+
+/// The route's cost: 1 by default, at most `MAX_COST`.
+fn route_cost(raw: &RawRoute) -> Result<u64, Located> {
+    match &raw.cost {
+        None => Ok(1),
+        Some(c) if (1..=MAX_COST).contains(&c.value) => Ok(c.value as u64),
+        Some(c) => Err(Located::at(
+            c,
+            format!(
+                "cost must be between 1 and {MAX_COST}, found {}; a free route simply has no `rate_limits`",
+                c.value
+            ),
+        )),
+    }
 }
 
 pub(crate) fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway, Located> {

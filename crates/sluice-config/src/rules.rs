@@ -286,16 +286,7 @@ impl Builder<'_> {
                 .filter(|v| !v.is_empty());
             let slot = (key.value.clone(), value.clone());
             if let Some(first_line) = seen.get(&slot) {
-                let what = match &value {
-                    Some(v) => format!("`{}` with value `{v}`", key.value),
-                    None => format!("`{}` without a value", key.value),
-                };
-                return Err(Located::at(
-                    key,
-                    format!(
-                        "duplicate descriptor {what} at this level (first defined on line {first_line}); merge the two entries or give this one a different value"
-                    ),
-                ));
+                return Err(duplicate(key, value.as_deref(), *first_line));
             }
             seen.insert(slot, key.referenced.line());
             let segment = match &value {
@@ -307,26 +298,8 @@ impl Builder<'_> {
             } else {
                 format!("{parent_path}/{segment}")
             };
-            let shared = match &descriptor.share_threshold {
-                Some(flag) if flag.value => match &value {
-                    Some(v) if v.contains('*') => Some(v.clone()),
-                    _ => {
-                        return Err(Located::at(
-                            flag,
-                            "`share_threshold` applies only to a wildcard value (one with `*`, e.g. `value: files/*`): all values it matches then share one counter",
-                        ));
-                    }
-                },
-                _ => None,
-            };
-            if let Some(metadata) = &descriptor.metadata
-                && !metadata.value.is_object()
-            {
-                return Err(Located::at(
-                    metadata,
-                    "`metadata` is a mapping of names to values (e.g. `metadata: { tier: gold }`); it is returned to Envoy as dynamic metadata",
-                ));
-            }
+            let shared = sharing_wildcard(descriptor, value.as_deref())?;
+            check_metadata(descriptor)?;
             self.share_stack.push(shared);
             let rules = self.limits(descriptor, &path)?;
             let children = self.level(&descriptor.descriptors, &path)?;
@@ -334,41 +307,13 @@ impl Builder<'_> {
             let index = self.nodes.len();
             self.nodes.push(Node { rules, children });
             let matchers = level.keys.entry(key.value.clone()).or_default();
-            match value {
-                None => matchers.any = Some(index),
-                Some(v) if v.contains('*') => {
-                    if let Some(w) = crate::wildcard::Wildcard::new(&v) {
-                        matchers.wildcards.push((w, index));
-                    }
-                }
-                Some(v) => {
-                    matchers.exact.insert(v, index);
-                }
-            }
+            matchers.add(value, index);
         }
         Ok(level)
     }
 
     fn limits(&mut self, descriptor: &RawDescriptor, path: &str) -> Result<Vec<usize>, Located> {
-        let list: Vec<&Spanned<RawRateLimit>> = match (&descriptor.rate_limit, &descriptor.limits) {
-            (Some(_), Some(limits)) => {
-                return Err(Located::at(
-                    limits,
-                    "a descriptor has either `rate_limit` or `limits`, not both; move the `rate_limit` into the `limits` list",
-                ));
-            }
-            (Some(one), None) => vec![one],
-            (None, Some(many)) => {
-                if many.value.is_empty() {
-                    return Err(Located::at(
-                        many,
-                        "`limits` is empty; list at least one limit or remove `limits`",
-                    ));
-                }
-                many.value.iter().collect()
-            }
-            (None, None) => Vec::new(),
-        };
+        let list = limit_list(descriptor)?;
         let several = list.len() > 1;
         let mut indices = Vec::with_capacity(list.len());
         for (i, raw) in list.into_iter().enumerate() {
@@ -378,54 +323,8 @@ impl Builder<'_> {
             } else {
                 format!("{}/{path}", self.domain)
             };
-            let name = raw.value.name.as_ref().map(|n| n.value.clone());
-            if let Some(n) = &raw.value.name {
-                if n.value.is_empty() {
-                    return Err(Located::at(
-                        n,
-                        "`name` is empty; give the rule a name or remove `name:`",
-                    ));
-                }
-                if let Some((line, _)) = self.names.get(&n.value) {
-                    return Err(Located::at(
-                        n,
-                        format!(
-                            "rule name `{}` is already used on line {line}; rule names must be unique in a domain",
-                            n.value
-                        ),
-                    ));
-                }
-                self.names.insert(
-                    n.value.clone(),
-                    (n.referenced.line(), n.referenced.column()),
-                );
-            }
-            let mut replaces = Vec::with_capacity(raw.value.replaces.len());
-            for entry in &raw.value.replaces {
-                let Some(replaced) = entry
-                    .value
-                    .as_ref()
-                    .and_then(|r| r.name.as_ref())
-                    .filter(|n| !n.value.is_empty())
-                else {
-                    return Err(Located::at(
-                        entry,
-                        "this `replaces` entry names no rule; write `- name: <the other rule's name>` or remove the entry",
-                    ));
-                };
-                if name.as_deref() == Some(replaced.value.as_str()) {
-                    return Err(Located::at(
-                        replaced,
-                        format!(
-                            "rule `{}` replaces itself; `replaces` names another rule that this one takes the place of when both match",
-                            replaced.value
-                        ),
-                    ));
-                }
-                self.pending_replaces
-                    .push((Located::at(replaced, ""), replaced.value.clone()));
-                replaces.push(replaced.value.clone());
-            }
+            let name = self.claim_name(raw)?;
+            let replaces = self.replaces(raw, name.as_deref())?;
             indices.push(self.rules.len());
             self.rules.push(Rule {
                 index: self.rules.len(),
@@ -449,6 +348,147 @@ impl Builder<'_> {
             });
         }
         Ok(indices)
+    }
+
+    /// The rule's name, if it has one: not empty, and unique in the domain.
+    fn claim_name(&mut self, raw: &Spanned<RawRateLimit>) -> Result<Option<String>, Located> {
+        let Some(n) = &raw.value.name else {
+            return Ok(None);
+        };
+        if n.value.is_empty() {
+            return Err(Located::at(
+                n,
+                "`name` is empty; give the rule a name or remove `name:`",
+            ));
+        }
+        if let Some((line, _)) = self.names.get(&n.value) {
+            return Err(Located::at(
+                n,
+                format!(
+                    "rule name `{}` is already used on line {line}; rule names must be unique in a domain",
+                    n.value
+                ),
+            ));
+        }
+        self.names.insert(
+            n.value.clone(),
+            (n.referenced.line(), n.referenced.column()),
+        );
+        Ok(Some(n.value.clone()))
+    }
+
+    /// The rules this one replaces, by name (resolved once every name is known).
+    fn replaces(
+        &mut self,
+        raw: &Spanned<RawRateLimit>,
+        name: Option<&str>,
+    ) -> Result<Vec<String>, Located> {
+        let mut replaces = Vec::with_capacity(raw.value.replaces.len());
+        for entry in &raw.value.replaces {
+            let Some(replaced) = entry
+                .value
+                .as_ref()
+                .and_then(|r| r.name.as_ref())
+                .filter(|n| !n.value.is_empty())
+            else {
+                return Err(Located::at(
+                    entry,
+                    "this `replaces` entry names no rule; write `- name: <the other rule's name>` or remove the entry",
+                ));
+            };
+            if name == Some(replaced.value.as_str()) {
+                return Err(Located::at(
+                    replaced,
+                    format!(
+                        "rule `{}` replaces itself; `replaces` names another rule that this one takes the place of when both match",
+                        replaced.value
+                    ),
+                ));
+            }
+            self.pending_replaces
+                .push((Located::at(replaced, ""), replaced.value.clone()));
+            replaces.push(replaced.value.clone());
+        }
+        Ok(replaces)
+    }
+}
+
+impl KeyMatchers {
+    /// The node of a value: exact, a wildcard (with `*`), or any value (none).
+    fn add(&mut self, value: Option<String>, index: usize) {
+        match value {
+            None => self.any = Some(index),
+            Some(v) if v.contains('*') => {
+                if let Some(w) = crate::wildcard::Wildcard::new(&v) {
+                    self.wildcards.push((w, index));
+                }
+            }
+            Some(v) => {
+                self.exact.insert(v, index);
+            }
+        }
+    }
+}
+
+/// The error for a descriptor whose key and value another entry of its level has.
+fn duplicate(key: &Spanned<String>, value: Option<&str>, first_line: u64) -> Located {
+    let what = match value {
+        Some(v) => format!("`{}` with value `{v}`", key.value),
+        None => format!("`{}` without a value", key.value),
+    };
+    Located::at(
+        key,
+        format!(
+            "duplicate descriptor {what} at this level (first defined on line {first_line}); merge the two entries or give this one a different value"
+        ),
+    )
+}
+
+/// The wildcard whose values share one counter (`share_threshold: true`), if any.
+fn sharing_wildcard(
+    descriptor: &RawDescriptor,
+    value: Option<&str>,
+) -> Result<Option<String>, Located> {
+    match &descriptor.share_threshold {
+        Some(flag) if flag.value => match value {
+            Some(v) if v.contains('*') => Ok(Some(v.to_owned())),
+            _ => Err(Located::at(
+                flag,
+                "`share_threshold` applies only to a wildcard value (one with `*`, e.g. `value: files/*`): all values it matches then share one counter",
+            )),
+        },
+        _ => Ok(None),
+    }
+}
+
+fn check_metadata(descriptor: &RawDescriptor) -> Result<(), Located> {
+    match &descriptor.metadata {
+        Some(metadata) if !metadata.value.is_object() => Err(Located::at(
+            metadata,
+            "`metadata` is a mapping of names to values (e.g. `metadata: { tier: gold }`); it is returned to Envoy as dynamic metadata",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A descriptor's limits: its `rate_limit`, or its `limits` list (not both, and not empty).
+fn limit_list(descriptor: &RawDescriptor) -> Result<Vec<&Spanned<RawRateLimit>>, Located> {
+    match (&descriptor.rate_limit, &descriptor.limits) {
+        (Some(_), Some(limits)) => Err(Located::at(
+            limits,
+            "a descriptor has either `rate_limit` or `limits`, not both; move the `rate_limit` into the `limits` list",
+        )),
+        (Some(one), None) => Ok(vec![one]),
+        (None, Some(many)) => {
+            if many.value.is_empty() {
+                return Err(Located::at(
+                    many,
+                    "`limits` is empty; list at least one limit or remove `limits`",
+                ));
+            }
+            Ok(many.value.iter().collect())
+        }
+        (None, None) => Ok(Vec::new()),
     }
 }
 

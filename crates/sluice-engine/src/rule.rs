@@ -8,11 +8,11 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use sluice_config::{AlgorithmKind, Mode, ResolvedLimit};
 use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
-use sluice_store::{CounterKey, StoreError};
+use sluice_store::CounterKey;
 use smallvec::SmallVec;
 
 use crate::descriptor_key::with_key;
-use crate::exact::decisions::{Asked, ExactRule};
+use crate::exact::decisions::ExactRule;
 use crate::health::StoreView;
 use crate::lineage::Lineage;
 use crate::link::{StoreLink, count_store_error};
@@ -176,9 +176,10 @@ impl RuleEngine {
             RuleKind::Synced(synced) => {
                 // One view of the store for the whole decision.
                 let (store, at) = (link.view(), (now, cost, max_keys));
-                let small = self.decide_small_limit(synced, (link, store), values(), at);
-                if let Some(decided) = small.await {
-                    return decided;
+                let small = synced.decide_small_limit((link, store), values(), at);
+                if let Some((key, d, reason)) = small.await {
+                    self.observe(&key, !d.is_allowed(), now, cost);
+                    return (d, reason);
                 }
                 self.check_synced(synced, (link, store), values(), at)
             }
@@ -254,48 +255,6 @@ impl RuleEngine {
         }
         self.observe(&key, !d.is_allowed(), now, cost);
         (d, reason)
-    }
-
-    /// A synced rule whose limit is too small to share decides at the store (see
-    /// `synced/small.rs`). `None` when the limit is not small (or the rule's store calls are
-    /// spent), or when the store gave no answer: the key's share decides then.
-    async fn decide_small_limit<'v>(
-        &self,
-        synced: &SyncedRule,
-        (link, store): (&StoreLink, StoreView),
-        values: impl Iterator<Item = &'v str>,
-        (now, cost, max_keys): (Nanos, u64, usize),
-    ) -> Option<(Decision, Option<Reason>)> {
-        // Checked first: only a small limit pays for the owned key.
-        if !synced.decides_at_store(store) || !link.runs_exact() {
-            return None;
-        }
-        let key = with_key(values, str::to_owned);
-        let decisions = synced.store_decides(store, &key, now)?;
-        let store_key: Arc<str> = CounterKey::from_encoded(&self.id, &key).as_str().into();
-        let asked = decisions
-            .ask(&link.exact_calls(), &key, store_key, now, cost, max_keys)
-            .await;
-        let (d, reason) = match asked {
-            Asked::Decided(d, reason) => (d, reason),
-            // The call may have counted at the store: the key's share decides, and the count
-            // is not flushed.
-            Asked::Unanswered(Some(e @ StoreError::Timeout(_))) => {
-                count_store_error(&e);
-                let (d, reason, _) = synced.check_after_timeout(&key, now, cost, store);
-                (d, reason)
-            }
-            // The synced decision takes over: the key's share, counted and flushed.
-            Asked::Unanswered(error) => {
-                if let Some(e) = error {
-                    count_store_error(&e);
-                    tracing::debug!(rule = %self.id, error = %e, "store decision for a small limit failed; the key keeps to its share");
-                }
-                return None;
-            }
-        };
-        self.observe(&key, !d.is_allowed(), now, cost);
-        Some((d, reason))
     }
 
     /// Feeds the heavy-hitters sketch and the per-value counts; a rule only queried (cost 0)

@@ -11,9 +11,9 @@ use arc_swap::ArcSwap;
 use http::{Request, Response, StatusCode};
 use http_body_util::{Either, Full};
 use sluice_config::{HeaderStyle, PathMatching, Route};
-use sluice_engine::Engine;
+use sluice_engine::{Engine, Verdict};
 
-use crate::actions::{RequestParts, descriptors};
+use crate::actions::{Descriptor, RequestParts, descriptors};
 use crate::client_ip::client_address;
 use crate::headers::{add_rate_limit_headers, rate_limit_fields, retry_after_secs};
 use crate::method_override::check_method_override;
@@ -148,15 +148,8 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let policy = shared.policy.load_full();
-            // Routes match, and the inner service sees, the normalized path: `//login` and
-            // `/%6cogin` are `/login` here as they are upstream.
-            match normalize_path(req.uri().path()) {
-                Err(e) => return Ok(bad_request(&e.to_string())),
-                Ok(Cow::Borrowed(_)) => {}
-                Ok(Cow::Owned(path)) => match with_path(req.uri(), &path) {
-                    Some(uri) => *req.uri_mut() = uri,
-                    None => return Ok(bad_request("invalid request target")),
-                },
+            if let Err(message) = normalize_request_path(&mut req) {
+                return Ok(bad_request(&message));
             }
             let matching = policy.path_matching;
             let route_path = match RoutePath::new(req.uri().path(), matching) {
@@ -203,59 +196,15 @@ where
             let Ok(verdict) = engine.check(&policy.domain, &built, route.cost).await else {
                 return inner.call(req).await.map(|r| r.map(Either::Left));
             };
-            if !verdict.allowed && is_grpc(req.headers()) {
-                // gRPC clients read the status, not the HTTP code (they would turn a 429 into
-                // UNAVAILABLE, which invites retries): a trailers-only response with
-                // RESOURCE_EXHAUSTED, the rate-limit headers as metadata.
-                let retry = retry_after_secs(&verdict);
-                let mut response =
-                    Response::new(Either::Right(Full::new(bytes_alias::Bytes::new())));
-                let headers = response.headers_mut();
-                headers.insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/grpc"),
-                );
-                headers.insert("grpc-status", http::HeaderValue::from_static("8"));
-                if let Ok(message) =
-                    http::HeaderValue::from_str(&format!("rate limited; retry after {retry} s"))
-                {
-                    headers.insert("grpc-message", message);
-                }
-                headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry));
-                add_rate_limit_headers(headers, &verdict, policy.headers);
-                return Ok(response);
-            }
             if !verdict.allowed {
-                let retry = retry_after_secs(&verdict);
-                let body =
-                    serde_json::json!({ "error": "too many requests", "retry_after_s": retry })
-                        .to_string();
-                let mut response =
-                    Response::new(Either::Right(Full::new(bytes_alias::Bytes::from(body))));
-                *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-                let headers = response.headers_mut();
-                headers.insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/json"),
-                );
-                headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry));
-                add_rate_limit_headers(headers, &verdict, policy.headers);
-                return Ok(response);
+                return Ok(refusal(&verdict, is_grpc(req.headers()), policy.headers));
             }
             let fields = rate_limit_fields(&verdict, policy.headers);
             drop(verdict);
             // Owned only when a refund may need them (the request goes to the inner service).
-            let refund = policy.refund_upstream_failures.then(|| {
-                let owned: Vec<Vec<(String, String)>> = built
-                    .iter()
-                    .map(|d| {
-                        d.iter()
-                            .map(|(k, v)| ((*k).to_owned(), v.to_string()))
-                            .collect()
-                    })
-                    .collect();
-                (owned, route.cost)
-            });
+            let refund = policy
+                .refund_upstream_failures
+                .then(|| (owned_descriptors(&built), route.cost));
             let mut response = inner.call(req).await?.map(Either::Left);
             if let Some((descriptors, cost)) = refund
                 && response.extensions().get::<UpstreamFailed>().is_some()
@@ -269,6 +218,92 @@ where
             Ok(response)
         })
     }
+}
+
+/// Routes match, and the inner service sees, the normalized path: `//login` and `/%6cogin`
+/// are `/login` here as they are upstream. The error is the 400's message.
+fn normalize_request_path<B>(req: &mut Request<B>) -> Result<(), String> {
+    match normalize_path(req.uri().path()) {
+        Err(e) => Err(e.to_string()),
+        Ok(Cow::Borrowed(_)) => Ok(()),
+        Ok(Cow::Owned(path)) => match with_path(req.uri(), &path) {
+            Some(uri) => {
+                *req.uri_mut() = uri;
+                Ok(())
+            }
+            None => Err("invalid request target".to_owned()),
+        },
+    }
+}
+
+/// The answer to a denied request: a gRPC refusal for a gRPC call, a 429 otherwise.
+fn refusal<T>(
+    verdict: &Verdict<'_>,
+    grpc: bool,
+    style: HeaderStyle,
+) -> Response<Either<T, Full<bytes_alias::Bytes>>> {
+    if grpc {
+        grpc_refusal(verdict, style)
+    } else {
+        http_refusal(verdict, style)
+    }
+}
+
+/// gRPC clients read the status, not the HTTP code (they would turn a 429 into UNAVAILABLE,
+/// which invites retries): a trailers-only response with RESOURCE_EXHAUSTED, the rate-limit
+/// headers as metadata.
+fn grpc_refusal<T>(
+    verdict: &Verdict<'_>,
+    style: HeaderStyle,
+) -> Response<Either<T, Full<bytes_alias::Bytes>>> {
+    let retry = retry_after_secs(verdict);
+    let mut response = Response::new(Either::Right(Full::new(bytes_alias::Bytes::new())));
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+    if let Ok(message) =
+        http::HeaderValue::from_str(&format!("rate limited; retry after {retry} s"))
+    {
+        headers.insert("grpc-message", message);
+    }
+    headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry));
+    add_rate_limit_headers(headers, verdict, style);
+    response
+}
+
+/// `429 Too Many Requests` with `Retry-After`, the rate-limit headers and a small JSON body.
+fn http_refusal<T>(
+    verdict: &Verdict<'_>,
+    style: HeaderStyle,
+) -> Response<Either<T, Full<bytes_alias::Bytes>>> {
+    let retry = retry_after_secs(verdict);
+    let body =
+        serde_json::json!({ "error": "too many requests", "retry_after_s": retry }).to_string();
+    let mut response = Response::new(Either::Right(Full::new(bytes_alias::Bytes::from(body))));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(http::header::RETRY_AFTER, http::HeaderValue::from(retry));
+    add_rate_limit_headers(headers, verdict, style);
+    response
+}
+
+/// The descriptors, owned, for a refund after the inner service answered.
+fn owned_descriptors(built: &[Descriptor<'_>]) -> Vec<Vec<(String, String)>> {
+    built
+        .iter()
+        .map(|d| {
+            d.iter()
+                .map(|(k, v)| ((*k).to_owned(), v.to_string()))
+                .collect()
+        })
+        .collect()
 }
 
 /// `uri` with its path replaced (query kept).

@@ -18,10 +18,20 @@ pub(crate) struct Changes {
 
 /// `running`: the settings in effect (the start's, with every earlier reload's applied part).
 pub(crate) fn changes(running: &ServiceConfig, new: &ServiceConfig) -> Changes {
-    let mut c = Changes::default();
+    let mut need_restart = settings_read_at_start(running, new);
+    need_restart.extend(gateways_read_at_start(running, new));
+    Changes {
+        applied: applied(running, new),
+        need_restart,
+    }
+}
+
+/// What this reload applies: the answers' settings and the running gateways' policies.
+fn applied(running: &ServiceConfig, new: &ServiceConfig) -> Vec<String> {
+    let mut out = Vec::new();
     let mut applied = |changed: bool, what: &str| {
         if changed {
-            c.applied.push(what.to_owned());
+            out.push(what.to_owned());
         }
     };
     applied(running.api_domain != new.api_domain, "api.domain");
@@ -34,14 +44,19 @@ pub(crate) fn changes(running: &ServiceConfig, new: &ServiceConfig) -> Changes {
         if let Some(old) = running.gateways.iter().find(|o| o.listen == g.listen) {
             let fields = gateway_changes(old, g);
             if !fields.is_empty() {
-                c.applied
-                    .push(format!("gateway {} ({})", g.listen, fields.join(", ")));
+                out.push(format!("gateway {} ({})", g.listen, fields.join(", ")));
             }
         }
     }
+    out
+}
+
+/// The service's settings read only at start that differ.
+fn settings_read_at_start(running: &ServiceConfig, new: &ServiceConfig) -> Vec<String> {
+    let mut out = Vec::new();
     let mut restart = |changed: bool, what: &str| {
         if changed {
-            c.need_restart.push(what.to_owned());
+            out.push(what.to_owned());
         }
     };
     restart(running.store != new.store, "store");
@@ -79,24 +94,28 @@ pub(crate) fn changes(running: &ServiceConfig, new: &ServiceConfig) -> Changes {
     restart(running.rlqs != new.rlqs, "rlqs");
     restart(running.access != new.access, "access");
     restart(running.geoip != new.geoip, "geoip");
+    out
+}
+
+/// Gateways added or removed, and running gateways whose worker count changed.
+fn gateways_read_at_start(running: &ServiceConfig, new: &ServiceConfig) -> Vec<String> {
+    let mut out = Vec::new();
     let listens = |gs: &[Gateway]| gs.iter().map(|g| g.listen).collect::<Vec<SocketAddr>>();
     let (old, now) = (listens(&running.gateways), listens(&new.gateways));
     for added in now.iter().filter(|l| !old.contains(l)) {
-        c.need_restart.push(format!("gateway {added} (new)"));
+        out.push(format!("gateway {added} (new)"));
     }
     for removed in old.iter().filter(|l| !now.contains(l)) {
-        c.need_restart
-            .push(format!("gateway {removed} (removed; still serving)"));
+        out.push(format!("gateway {removed} (removed; still serving)"));
     }
     for g in &new.gateways {
         if let Some(old) = running.gateways.iter().find(|o| o.listen == g.listen)
             && old.workers != g.workers
         {
-            c.need_restart
-                .push(format!("gateway {} (workers)", g.listen));
+            out.push(format!("gateway {} (workers)", g.listen));
         }
     }
-    c
+    out
 }
 
 /// The fields of a gateway that differ (those a reload applies).

@@ -235,40 +235,8 @@ impl Delivery {
             filtered = items.iter().filter(|i| !is_held(i)).cloned().collect();
             &filtered
         };
-        let mut progress = Progress {
-            answers: Vec::with_capacity(sent.len()),
-            ..Progress::default()
-        };
-        // Once the store has answered a part, two are in flight: the store runs one while
-        // this process encodes the next or reads the last one's replies (on two CPUs the flush
-        // takes about the longer of the two, not their sum). When the store goes away
-        // mid-flush, the part already on its way is answered (or put in doubt) before the
-        // rest is left unsent.
         let parts: Vec<&[FlushItem]> = sent.chunks(chunk.max(1)).collect();
-        let receipts: Vec<Option<FlushReceipt>> =
-            parts.iter().map(|p| self.receipt_for(p, owner)).collect();
-        let mut in_flight = FuturesOrdered::new();
-        let mut next = 0;
-        loop {
-            let window = if progress.answer.asked { IN_FLIGHT } else { 1 };
-            while !progress.stopped && next < parts.len() && in_flight.len() < window {
-                let i = next;
-                // The store's clock is read once per flush, with its first part.
-                let time = if i == 0 { time } else { FlushTime::Skip };
-                let sent_at = clock.now();
-                let reply = store.flush_timed(parts[i], receipts[i].as_ref(), time);
-                in_flight.push_back(async move { (i, sent_at, reply.await) });
-                next += 1;
-            }
-            let Some((i, sent_at, result)) = in_flight.next().await else {
-                break;
-            };
-            let times = (sent_at, clock.now());
-            self.answered(parts[i], receipts[i].clone(), result, times, &mut progress);
-        }
-        for part in &parts[next..] {
-            progress.not_sent(part);
-        }
+        let progress = self.send_parts(store, owner, &parts, time, clock).await;
         let Progress {
             mut answer,
             answers,
@@ -293,6 +261,51 @@ impl Delivery {
             Err(_) => true,
         });
         result
+    }
+
+    /// Sends the parts, each with its receipt, and applies each answer as it comes.
+    async fn send_parts(
+        &mut self,
+        store: &dyn CounterStore,
+        owner: &Arc<str>,
+        parts: &[&[FlushItem]],
+        time: FlushTime,
+        clock: &dyn Clock,
+    ) -> Progress {
+        let mut progress = Progress {
+            answers: Vec::with_capacity(parts.iter().map(|p| p.len()).sum()),
+            ..Progress::default()
+        };
+        // Once the store has answered a part, two are in flight: the store runs one while
+        // this process encodes the next or reads the last one's replies (on two CPUs the flush
+        // takes about the longer of the two, not their sum). When the store goes away
+        // mid-flush, the part already on its way is answered (or put in doubt) before the
+        // rest is left unsent.
+        let receipts: Vec<Option<FlushReceipt>> =
+            parts.iter().map(|p| self.receipt_for(p, owner)).collect();
+        let mut in_flight = FuturesOrdered::new();
+        let mut next = 0;
+        loop {
+            let window = if progress.answer.asked { IN_FLIGHT } else { 1 };
+            while !progress.stopped && next < parts.len() && in_flight.len() < window {
+                let i = next;
+                // The store's clock is read once per flush, with its first part.
+                let time = if i == 0 { time } else { FlushTime::Skip };
+                let sent_at = clock.now();
+                let reply = store.flush_timed(parts[i], receipts[i].as_ref(), time);
+                in_flight.push_back(async move { (i, sent_at, reply.await) });
+                next += 1;
+            }
+            let Some((i, sent_at, result)) = in_flight.next().await else {
+                break;
+            };
+            let times = (sent_at, clock.now());
+            self.answered(parts[i], receipts[i].clone(), result, times, &mut progress);
+        }
+        for part in &parts[next..] {
+            progress.not_sent(part);
+        }
+        progress
     }
 
     /// A receipt for a part that adds counts (a part that only reads, early syncs ahead of

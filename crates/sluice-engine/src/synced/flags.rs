@@ -1,4 +1,5 @@
-//! What a synced key knows about itself, in one byte of named flags, and its recent activity.
+//! What a synced key knows about itself, in one byte of named flags (its sharing phase a
+//! two-bit field of them), and its recent activity.
 
 bitflags::bitflags! {
     /// A synced key's flags.
@@ -6,16 +7,9 @@ bitflags::bitflags! {
     pub(crate) struct KeyFlags: u8 {
         /// The key has been checked once: its window and first sight are set.
         const INIT = 1;
-        /// A reply for the key carried entries: its cold start is over.
-        const SEEN_ENTRIES = 1 << 1;
-        /// Whether the key is shared is settled: a reply showed another instance (its entry,
-        /// or counts no entry accounts for), or two replies with entries showed this instance
-        /// alone (so `SEEN_ENTRIES` without `SETTLED` means one such reply so far). One reply
-        /// cannot tell: instances that flush at the same span boundary right after this one
-        /// are not in it yet, so until then the key keeps exchanging entries (alone, it would
-        /// send only its count and learn of the others as one unlisted group, from a total a
-        /// span old).
-        const SETTLED = 1 << 2;
+        /// Where the key is in learning whether it is shared: a two-bit field, read and
+        /// changed only as a [`Sharing`] (`KeyFlags::sharing`, `KeyFlags::set_sharing`).
+        const SHARING = 0b110;
         /// The previous window's total has been read in this window.
         const PREV_KNOWN = 1 << 3;
         /// A flush of this key failed (the store was unreachable) and none has succeeded since.
@@ -26,6 +20,92 @@ bitflags::bitflags! {
         const HAS_SHARED = 1 << 6;
         /// The key's span is set.
         const SPAN_SET = 1 << 7;
+    }
+}
+
+/// Where a key is in learning whether it is shared. Whether the key is shared is settled once
+/// a reply shows another instance (its entry, or counts no entry accounts for), or two
+/// replies to span-boundary flushes with entries show this instance alone. One reply cannot
+/// tell: instances that flush at the same span boundary right after this one are not in it
+/// yet, so until then the key keeps exchanging entries (alone, it would send only its count
+/// and learn of the others as one unlisted group, from a total a span old).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    /// No reply with entries yet: the key's cold start.
+    Cold = 0,
+    /// Replies with entries have come; no reply to a span-boundary flush in this window yet.
+    Unsettled = 1,
+    /// One reply to a span-boundary flush in this window (the instances that flushed at the
+    /// same boundary may not be in it yet).
+    OneBoundaryReply = 2,
+    /// Settled (shared, or this instance's alone).
+    Settled = 3,
+}
+
+impl Sharing {
+    /// A reply for the key carried entries: its cold start is over.
+    pub(crate) fn seen_entries(self) -> bool {
+        self != Self::Cold
+    }
+
+    pub(crate) fn settled(self) -> bool {
+        self == Self::Settled
+    }
+
+    /// Whether a reply to a span-boundary flush has come in this window (what a settled key
+    /// answers does not matter: it stays settled).
+    pub(crate) fn boundary_replied(self) -> bool {
+        matches!(self, Self::OneBoundaryReply | Self::Settled)
+    }
+
+    /// After a reply with entries.
+    pub(crate) fn entries_seen(self) -> Self {
+        match self {
+            Self::Cold => Self::Unsettled,
+            s => s,
+        }
+    }
+
+    /// A reply to a span-boundary flush (not the window's first span's): the next phase, and
+    /// whether it is the second in the window (the key settles then).
+    pub(crate) fn boundary_reply(self) -> (Self, bool) {
+        match self {
+            Self::Cold | Self::Unsettled => (Self::OneBoundaryReply, false),
+            s => (s, true),
+        }
+    }
+
+    /// A new window: the replies of the window before say nothing of who counts in this one.
+    pub(crate) fn new_window(self) -> Self {
+        match self {
+            Self::OneBoundaryReply => Self::Unsettled,
+            s => s,
+        }
+    }
+
+    /// Every other instance went quiet: settled again as a new key is (a cold key stays cold).
+    pub(crate) fn unsettle(self) -> Self {
+        match self {
+            Self::Cold => Self::Cold,
+            _ => Self::Unsettled,
+        }
+    }
+}
+
+impl KeyFlags {
+    /// The key's sharing phase.
+    pub(crate) fn sharing(self) -> Sharing {
+        match (self.bits() & Self::SHARING.bits()) >> 1 {
+            0 => Sharing::Cold,
+            1 => Sharing::Unsettled,
+            2 => Sharing::OneBoundaryReply,
+            _ => Sharing::Settled,
+        }
+    }
+
+    pub(crate) fn set_sharing(&mut self, phase: Sharing) {
+        let bits = (self.bits() & !Self::SHARING.bits()) | ((phase as u8) << 1);
+        *self = Self::from_bits_retain(bits);
     }
 }
 
@@ -40,9 +120,6 @@ bitflags::bitflags! {
         const EARLY_ASKED = 1 << 3;
         /// Asked, and not yet handed to the rule's queue of early syncs.
         const EARLY_TO_QUEUE = 1 << 4;
-        /// A reply to a span-boundary flush with entries has come (one: while the instances
-        /// that flushed at the same boundary may not be in it yet).
-        const BOUNDARY_REPLY = 1 << 5;
         /// The key's demand has been sampled (or its opening hit set aside) once: its demand
         /// interval no longer opens with a hit.
         const SAMPLED = 1 << 6;
@@ -96,6 +173,36 @@ impl Activity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sharing_phase_is_kept_apart_from_the_other_flags() {
+        let mut f = KeyFlags::INIT | KeyFlags::PREV_KNOWN | KeyFlags::SPAN_SET;
+        assert_eq!(f.sharing(), Sharing::Cold);
+        for phase in [
+            Sharing::Unsettled,
+            Sharing::OneBoundaryReply,
+            Sharing::Settled,
+            Sharing::Cold,
+        ] {
+            f.set_sharing(phase);
+            assert_eq!(f.sharing(), phase);
+            assert!(f.contains(KeyFlags::INIT | KeyFlags::PREV_KNOWN | KeyFlags::SPAN_SET));
+        }
+    }
+
+    #[test]
+    fn two_boundary_replies_settle_and_a_new_window_forgets_one() {
+        let (one, second) = Sharing::Cold.boundary_reply();
+        assert_eq!(
+            (one.entries_seen(), second),
+            (Sharing::OneBoundaryReply, false)
+        );
+        assert_eq!(one.new_window(), Sharing::Unsettled);
+        assert!(one.boundary_reply().1);
+        assert_eq!(Sharing::Settled.new_window(), Sharing::Settled);
+        assert_eq!(Sharing::Settled.unsettle(), Sharing::Unsettled);
+        assert_eq!(Sharing::Cold.unsettle(), Sharing::Cold);
+    }
 
     #[test]
     fn activity_ages_out_after_three_windows() {

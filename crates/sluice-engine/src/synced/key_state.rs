@@ -130,9 +130,26 @@ impl KeyState {
         self.flags.contains(flag)
     }
 
-    /// Whether the key's sharing is settled (see [`KeyFlags::SETTLED`]).
+    /// Whether the key's sharing is settled (see [`super::flags::Sharing`]).
     pub(crate) fn settled(&self) -> bool {
-        self.has(KeyFlags::SETTLED)
+        self.flags.sharing().settled()
+    }
+
+    /// Whether a reply for the key carried entries: its cold start is over.
+    fn seen_entries(&self) -> bool {
+        self.flags.sharing().seen_entries()
+    }
+
+    /// What the model reads of this key.
+    pub(crate) fn view(&self) -> model::KeyView {
+        model::KeyView {
+            local: self.local,
+            others_read: self.others_read,
+            prev_global: self.prev_global,
+            prev_local: self.prev_local,
+            demand: self.demand,
+            settled: self.settled(),
+        }
     }
 
     /// Whether an early sync was asked for since the last call (see [`Activity::ask_early`]).
@@ -264,8 +281,7 @@ impl KeyState {
         let demand_at = timeline.at(old_start, self.demand_at);
         self.demand_at = timeline.stamp(start, demand_at);
         self.activity.shift(gap);
-        // The replies of the window before say nothing of who counts in this one.
-        self.activity.remove(Activity::BOUNDARY_REPLY);
+        self.flags.set_sharing(self.flags.sharing().new_window());
         self.flags.remove(KeyFlags::PREV_KNOWN);
         if gap >= 2 {
             // A whole window has passed: the span kept is not the current one, and after
@@ -313,23 +329,13 @@ impl KeyState {
         let w = p.window_of(now);
         self.roll(p, shared.as_deref_mut(), w, now);
         let window_start = p.window_start(self.key_window(w));
-        let span = p.span_of(now);
-        if !self.has(KeyFlags::SPAN_SET) || (span as u16).wrapping_sub(self.span) as i16 > 0 {
-            // A new span (spans only move forward).
-            self.span = span as u16;
-            self.flags.insert(KeyFlags::SPAN_SET);
-            self.span_count = 0;
-            self.activity.new_span();
-        }
-        let span_end = (span + 1).saturating_mul(p.span_ns);
+        let span_end = self.enter_span(p, now);
         self.activity.mark();
         let reset_after = (window_start + p.window_ns).saturating_sub(now);
         if cost > p.limit {
             let capacity = p.limit;
-            return (
-                Decision::InsufficientCapacity(InsufficientCapacity { cost, capacity }),
-                None,
-            );
+            let decision = Decision::InsufficientCapacity(InsufficientCapacity { cost, capacity });
+            return (decision, None);
         }
         let cost32 = sat32(cost);
         self.offered = self.offered.saturating_add(cost32);
@@ -347,10 +353,7 @@ impl KeyState {
             let retry = match reason {
                 // The next news of the others: an early sync asked for now comes back within
                 // moments; otherwise the span's flush.
-                FallbackDenial::ColdSpan if self.activity.ask_early() => {
-                    (span_end - now).min(EARLY_SYNC_RETRY_NS)
-                }
-                FallbackDenial::ColdSpan => span_end - now,
+                FallbackDenial::ColdSpan => self.next_news(now, span_end),
                 FallbackDenial::StoreDown => {
                     self.block(p, window_start, now);
                     self.blocked_until(p, window_start).saturating_sub(now)
@@ -365,13 +368,7 @@ impl KeyState {
             // and the key is counted up to one over the limit, so every instance learns of it
             // from its next flush reply (this window's total, or the previous one's).
             Err(_) if self.exceeded_for_penalty(p, cost) => {
-                self.block(p, window_start, now);
-                let over = u64::from(self.local) + u64::from(self.others_read);
-                let marker = sat32((p.limit + 1).saturating_sub(over).max(1));
-                self.local = self.local.saturating_add(marker);
-                self.unflushed = self.unflushed.saturating_add(marker);
-                self.activity.ask_early();
-                let retry = self.blocked_until(p, window_start).saturating_sub(now);
+                let retry = self.start_penalty(p, window_start, now);
                 return (denied(retry), Some(Reason::GlobalBlock));
             }
             Err(Refusal::Limit) => return (denied(reset_after), Some(Reason::Estimate)),
@@ -381,33 +378,65 @@ impl KeyState {
             Err(Refusal::Unread { from }) => {
                 let retry = if from > now {
                     from - now
-                } else if self.activity.ask_early() {
-                    (span_end - now).min(EARLY_SYNC_RETRY_NS)
                 } else {
-                    span_end - now
+                    self.next_news(now, span_end)
                 };
                 return (denied(retry), Some(Reason::Estimate));
             }
             // The budget is set again at the next reply: the span's flush.
             Err(Refusal::Budget) => return (denied(span_end - now), Some(Reason::Estimate)),
         };
+        self.count_admitted(p, cost32, store);
+        let allowed = Allowed {
+            remaining: p.limit.saturating_sub(used + cost),
+            reset_after: Duration::from_nanos(reset_after),
+            delay: Duration::ZERO,
+        };
+        (Decision::Allowed(allowed), None)
+    }
+
+    /// Counts an admitted request; asks for an early sync once the cold span's share is spent.
+    fn count_admitted(&mut self, p: &SyncedParams, cost32: u32, store: StoreView) {
         self.local = self.local.saturating_add(cost32);
         self.unflushed = self.unflushed.saturating_add(cost32);
         self.span_count = self.span_count.saturating_add(cost32);
         if self.cold_share_spent(p, store) {
             self.activity.ask_early();
         }
-        let remaining = p.limit.saturating_sub(used + cost);
-        let reset_after = Duration::from_nanos(reset_after);
-        let delay = Duration::ZERO;
-        (
-            Decision::Allowed(Allowed {
-                remaining,
-                reset_after,
-                delay,
-            }),
-            None,
-        )
+    }
+
+    /// Enters `now`'s span if it is a new one (spans only move forward); the span's end.
+    fn enter_span(&mut self, p: &SyncedParams, now: Nanos) -> Nanos {
+        let span = p.span_of(now);
+        if !self.has(KeyFlags::SPAN_SET) || (span as u16).wrapping_sub(self.span) as i16 > 0 {
+            self.span = span as u16;
+            self.flags.insert(KeyFlags::SPAN_SET);
+            self.span_count = 0;
+            self.activity.new_span();
+        }
+        (span + 1).saturating_mul(p.span_ns)
+    }
+
+    /// When a refused request may try again for news of the others: soon when an early sync
+    /// is asked for now, otherwise at the span's flush.
+    fn next_news(&mut self, now: Nanos, span_end: Nanos) -> Nanos {
+        if self.activity.ask_early() {
+            (span_end - now).min(EARLY_SYNC_RETRY_NS)
+        } else {
+            span_end - now
+        }
+    }
+
+    /// Starts a penalty's block at `now` and counts the key up to one over the limit, so that
+    /// every instance learns of it from its next flush reply; the time until the block ends.
+    fn start_penalty(&mut self, p: &SyncedParams, window_start: Nanos, now: Nanos) -> Nanos {
+        self.block(p, window_start, now);
+        let over = u64::from(self.local) + u64::from(self.others_read);
+        let marker = sat32((p.limit + 1).saturating_sub(over).max(1));
+        self.local = self.local.saturating_add(marker);
+        self.unflushed = self.unflushed.saturating_add(marker);
+        self.activity.ask_early();
+        self.blocked_until(p, window_start).saturating_sub(now)
     }
 
     /// Whether a penalty rule's limit is certainly exceeded by a refused request of `cost`:
@@ -427,7 +456,7 @@ impl KeyState {
         let parties = store.fleet.max(p.expected_instances);
         p.predictive()
             && store.health.answering()
-            && !self.has(KeyFlags::SEEN_ENTRIES)
+            && !self.seen_entries()
             && parties > 1
             && !model::fits_share(p, parties, self.span_count.into(), self.local.into(), 1)
     }
@@ -445,7 +474,7 @@ impl KeyState {
         cost: u64,
         store: StoreView,
     ) -> Option<FallbackDenial> {
-        let seen_entries = self.has(KeyFlags::SEEN_ENTRIES);
+        let seen_entries = self.seen_entries();
         let (span_count, local) = (u64::from(self.span_count), u64::from(self.local));
         let cold = p.predictive() && !seen_entries && store.health.answering();
         let parties = store.fleet.max(p.expected_instances);
@@ -454,7 +483,7 @@ impl KeyState {
         }
         // Predictive: at least the instances the store counted before it went silent.
         let floor = if p.predictive() { parties } else { 1 };
-        let nodes = model::node_estimate(self).max(floor);
+        let nodes = model::node_estimate(&self.view()).max(floor);
         let use_fallback = !store.health.answering() && (!p.predictive() || !seen_entries);
         (use_fallback && !model::fits_share(p, nodes, span_count, local, cost))
             .then_some(FallbackDenial::StoreDown)

@@ -38,7 +38,6 @@ pub(crate) use params::SyncedParams;
 use shared::Shared;
 pub use small::SMALL_LIMIT_SHARES;
 
-use crate::exact::decisions::StoreDecisions;
 use crate::health::{StoreHealth, StoreView};
 use crate::verdict::Reason;
 
@@ -186,36 +185,6 @@ impl SyncedRule {
             }
         }
         carried
-    }
-
-    /// The store's decisions for `key`'s request at `now`, while the rule's limit is too small
-    /// to share among the fleet and the store answers. The request takes a call from the
-    /// rule's budget (`exact.small_limit_calls`), unless the key is known over its limit (no
-    /// call then); with the budget spent, `None`: the key's share decides.
-    pub(crate) fn store_decides(
-        &self,
-        store: StoreView,
-        key: &str,
-        now: Nanos,
-    ) -> Option<&StoreDecisions> {
-        let small = self.small.as_ref()?;
-        if !store.health.answering() || !small::is_small(&self.params, store) {
-            return None;
-        }
-        if small.decisions.is_blocked(key, now)
-            || small.take_call(key, now) != small::CallTaken::Spent
-        {
-            return Some(&small.decisions);
-        }
-        metrics::counter!("sluice_small_limit_calls_spent_total", "rule" => self.rule_id.to_string())
-            .increment(1);
-        None
-    }
-
-    /// Whether the rule's limit is too small to share among the fleet as `store` reports it
-    /// (and the rule decides such limits at the store).
-    pub(crate) fn decides_at_store(&self, store: StoreView) -> bool {
-        self.small.is_some() && store.health.answering() && small::is_small(&self.params, store)
     }
 
     /// Whether the store found `key` over its limit until after `now`.
@@ -407,7 +376,7 @@ impl SyncedRule {
                 .map_or(0, |x| x.live_others(p, now).count());
             sweep.live_instances = sweep.live_instances.max(others + 1);
             sweep.blocked += usize::from(state.blocked_at(p, window, now));
-            sweep.node_estimate = sweep.node_estimate.max(model::node_estimate(&state));
+            sweep.node_estimate = sweep.node_estimate.max(model::node_estimate(&state.view()));
             match drain {
                 Drain::Send(sent) => self.send(name.clone(), sent, &mut key_buf, items, pending),
                 Drain::Quiet => {}
@@ -530,16 +499,16 @@ impl SyncedRule {
             local: state.local(),
             others_read: state.others_read(),
             live_instances: shared.map_or(0, |x| x.live_others(p, now).count()) + 1,
-            node_estimate: model::node_estimate(&state),
+            node_estimate: model::node_estimate(&state.view()),
             estimate: model::estimate(
                 p,
-                &state,
+                &state.view(),
                 shared,
                 window_start,
                 now,
                 (
                     StoreHealth::Answering,
-                    model::phantoms(p, &state, shared, now, store.fleet),
+                    model::phantoms(p, &state.view(), shared, now, store.fleet),
                 ),
             ),
             blocked_until: state.blocked_until(p, window_start),

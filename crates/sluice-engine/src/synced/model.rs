@@ -1,13 +1,31 @@
-//! The predictive model's arithmetic, as pure functions of a key's state: the fallback share,
+//! The predictive model's arithmetic, as pure functions of a key's state (what it reads of
+//! one: [`KeyView`]): the fallback share,
 //! the estimate of the global count, whether a shared key is far below its limit, this
 //! instance's demand share and its budget.
 
 use sluice_core::Nanos;
 
-use super::key_state::KeyState;
 use super::params::SyncedParams;
 use super::shared::{Budget, Shared};
+use super::time::Demand;
 use crate::health::StoreHealth;
+
+/// What the model reads of a key's state (a copy: the model knows no `KeyState`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyView {
+    /// Admitted here in the current window.
+    pub local: u32,
+    /// The others' part of the window total read at the last flush.
+    pub others_read: u32,
+    /// The previous window's global total.
+    pub prev_global: u32,
+    /// The previous window's count here.
+    pub prev_local: u32,
+    /// This instance's demand for the key.
+    pub demand: Demand,
+    /// Whether the key's sharing is settled (no instance left unlisted).
+    pub settled: bool,
+}
 
 /// Whether `cost` more fits one instance's share of the limit when `parties` instances split
 /// it and none knows the others' counts (the store is unreachable, or a key's first span):
@@ -32,7 +50,7 @@ pub(crate) fn fits_share(
 
 /// The seed's node estimate: the previous window's global count over this instance's, at
 /// least 1.
-pub(crate) fn node_estimate(key: &KeyState) -> u64 {
+pub(crate) fn node_estimate(key: &KeyView) -> u64 {
     if key.prev_local == 0 {
         return 1;
     }
@@ -46,12 +64,12 @@ pub(crate) fn node_estimate(key: &KeyState) -> u64 {
 /// this instance does (its count, its demand) until a reply shows it.
 pub(crate) fn phantoms(
     p: &SyncedParams,
-    key: &KeyState,
+    key: &KeyView,
     shared: Option<&Shared>,
     now: Nanos,
     fleet: u64,
 ) -> u64 {
-    if key.settled() || !p.predictive() {
+    if key.settled || !p.predictive() {
         return 0;
     }
     let parties = fleet.max(p.expected_instances).max(1);
@@ -65,7 +83,7 @@ pub(crate) fn phantoms(
 /// demand what this one does, as [`share`] takes it.
 pub(crate) fn estimate(
     p: &SyncedParams,
-    key: &KeyState,
+    key: &KeyView,
     shared: Option<&Shared>,
     window_start: Nanos,
     now: Nanos,
@@ -101,7 +119,7 @@ pub(crate) fn estimate(
 
 /// With a sliding window, the previous window's total weighted by the part of it the window
 /// still covers at `now`; nothing otherwise.
-fn previous_weight(p: &SyncedParams, key: &KeyState, window_start: Nanos, now: Nanos) -> f64 {
+fn previous_weight(p: &SyncedParams, key: &KeyView, window_start: Nanos, now: Nanos) -> f64 {
     if !p.sliding {
         return 0.0;
     }
@@ -113,7 +131,7 @@ fn previous_weight(p: &SyncedParams, key: &KeyState, window_start: Nanos, now: N
 /// the others' as their entries and the last total read them, nothing extrapolated.
 fn read_count(
     p: &SyncedParams,
-    key: &KeyState,
+    key: &KeyView,
     shared: &Shared,
     window_start: Nanos,
     now: Nanos,
@@ -131,7 +149,7 @@ fn read_count(
 /// bounds the estimate from below, and the others count as one unlisted group meanwhile.
 pub(crate) fn far_below(
     p: &SyncedParams,
-    key: &KeyState,
+    key: &KeyView,
     shared: &Shared,
     window_start: Nanos,
     now: Nanos,
@@ -164,7 +182,7 @@ pub(crate) fn far_below(
 /// known), so that nobody takes the whole room, or none of it, for want of a rate.
 pub(crate) fn share(
     p: &SyncedParams,
-    key: &KeyState,
+    key: &KeyView,
     shared: &Shared,
     now: Nanos,
     (phantoms, fleet): (u64, u64),
@@ -219,7 +237,7 @@ pub(crate) enum Split {
 /// check is the estimate check.
 pub(crate) fn budget(
     p: &SyncedParams,
-    key: &KeyState,
+    key: &KeyView,
     shared: &Shared,
     (window_start, now): (Nanos, Nanos),
     (phantoms, fleet): (u64, u64),
@@ -264,7 +282,7 @@ pub(crate) fn budget(
 /// The budget at `now`: with a sliding window it grows as the previous window's weight decays.
 pub(crate) fn budget_now(
     p: &SyncedParams,
-    key: &KeyState,
+    key: &KeyView,
     budget: &Budget,
     window_start: Nanos,
     now: Nanos,

@@ -324,7 +324,7 @@ impl World {
         let window_start = self.p.window_start(kw);
         let since = u64::from(self.key.local.saturating_sub(budget.local_at));
         let now = self.latest.max(budget.at);
-        let allowed = model::budget_now(&self.p, &self.key, &budget, window_start, now);
+        let allowed = model::budget_now(&self.p, &self.key.view(), &budget, window_start, now);
         prop_assert!(
             since <= allowed,
             "spent {} of a budget of {}",

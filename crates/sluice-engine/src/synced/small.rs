@@ -12,16 +12,21 @@
 //! each request once. When the store does not answer, the key falls back to the synced
 //! decision (its share, as in any outage).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_config::SmallLimits;
-use sluice_core::{Algorithm, AtomicCell, Gcra, Nanos, Rate, StateCell};
-use sluice_store::ExactAlgorithm;
+use sluice_core::{Algorithm, AtomicCell, Decision, Gcra, Nanos, Rate, StateCell};
+use sluice_store::{CounterKey, ExactAlgorithm, StoreError};
 
+use super::SyncedRule;
 use super::params::SyncedParams;
 use super::recent::RecentKeys;
-use crate::exact::decisions::StoreDecisions;
+use crate::descriptor_key::with_key;
+use crate::exact::decisions::{Asked, StoreDecisions};
 use crate::health::StoreView;
+use crate::link::{StoreLink, count_store_error};
+use crate::verdict::Reason;
 
 /// A rule's limit is small when it is under this many requests per instance and span.
 pub const SMALL_LIMIT_SHARES: u64 = 2;
@@ -138,6 +143,73 @@ pub(crate) fn is_small(p: &SyncedParams, store: StoreView) -> bool {
     let parties = store.fleet.max(p.expected_instances);
     let shares = parties.saturating_mul(p.spans);
     parties > 1 && p.limit < shares.saturating_mul(SMALL_LIMIT_SHARES)
+}
+
+impl SyncedRule {
+    /// A request on a limit too small to share, decided at the store: the key, the decision
+    /// and its reason. `None` when the limit is not small (or the rule's store calls are
+    /// spent), or when the store gave no answer: the key's share decides then.
+    pub(crate) async fn decide_small_limit<'v>(
+        &self,
+        (link, store): (&StoreLink, StoreView),
+        values: impl Iterator<Item = &'v str>,
+        (now, cost, max_keys): (Nanos, u64, usize),
+    ) -> Option<(String, Decision, Option<Reason>)> {
+        // Checked first: only a small limit pays for the owned key.
+        if !self.decides_at_store(store) || !link.runs_exact() {
+            return None;
+        }
+        let key = with_key(values, str::to_owned);
+        let decisions = self.store_decides(store, &key, now)?;
+        let store_key: Arc<str> = CounterKey::from_encoded(&self.rule_id, &key)
+            .as_str()
+            .into();
+        let asked = decisions
+            .ask(&link.exact_calls(), &key, store_key, now, cost, max_keys)
+            .await;
+        let (d, reason) = match asked {
+            Asked::Decided(d, reason) => (d, reason),
+            // The call may have counted at the store: the key's share decides, and the count
+            // is not flushed.
+            Asked::Unanswered(Some(e @ StoreError::Timeout(_))) => {
+                count_store_error(&e);
+                let (d, reason, _) = self.check_after_timeout(&key, now, cost, store);
+                (d, reason)
+            }
+            // The synced decision takes over: the key's share, counted and flushed.
+            Asked::Unanswered(error) => {
+                if let Some(e) = error {
+                    count_store_error(&e);
+                    tracing::debug!(rule = %self.rule_id, error = %e, "store decision for a small limit failed; the key keeps to its share");
+                }
+                return None;
+            }
+        };
+        Some((key, d, reason))
+    }
+
+    /// The store's decisions for `key`'s request at `now`, while the rule's limit is too small
+    /// to share among the fleet and the store answers. The request takes a call from the
+    /// rule's budget (`exact.small_limit_calls`), unless the key is known over its limit (no
+    /// call then); with the budget spent, `None`: the key's share decides.
+    fn store_decides(&self, store: StoreView, key: &str, now: Nanos) -> Option<&StoreDecisions> {
+        let small = self.small.as_ref()?;
+        if !store.health.answering() || !is_small(&self.params, store) {
+            return None;
+        }
+        if small.decisions.is_blocked(key, now) || small.take_call(key, now) != CallTaken::Spent {
+            return Some(&small.decisions);
+        }
+        metrics::counter!("sluice_small_limit_calls_spent_total", "rule" => self.rule_id.to_string())
+            .increment(1);
+        None
+    }
+
+    /// Whether the rule's limit is too small to share among the fleet as `store` reports it
+    /// (and the rule decides such limits at the store).
+    pub(crate) fn decides_at_store(&self, store: StoreView) -> bool {
+        self.small.is_some() && store.health.answering() && is_small(&self.params, store)
+    }
 }
 
 #[cfg(test)]

@@ -1,26 +1,18 @@
 //! Connections to the three kinds of deployment.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{Cmd, ConnectionAddr, Pipeline, RedisFuture, Value};
 use tokio::sync::OnceCell;
 
-use super::slots::{SlotMap, group_by_node, parse_slots};
-use super::{
-    NodeNames, RedisStoreOptions, flush_pipeline, map_error, map_server_error, parse_time,
-    read_item,
-};
-use crate::{
-    ClusterTarget, FlushItem, FlushOutcome, FlushReceipt, FlushReply, FlushTime, SentinelTarget,
-    StoreError,
-};
+use super::cluster::ClusterBackend;
+use super::{RedisStoreOptions, map_error};
+use crate::{SentinelTarget, StoreError};
 
 pub(super) enum Backend {
     Standalone {
@@ -269,6 +261,33 @@ impl SentinelBackend {
         {
             return Ok(Conn::Multiplexed(c));
         }
+        let (client, is_announced) = self.named_master().await?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_response_timeout(Some(options.longest_call()));
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| map_error(&e))?;
+        // Right after a failover a Sentinel may still name the old master: check its role.
+        let role: Value = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_error(&e))?;
+        let Some(replicas) = master_replicas(&role) else {
+            return Err(StoreError::Unavailable(
+                "the server Sentinel named is not a master yet".into(),
+            ));
+        };
+        self.check_not_lonely(replicas, is_announced)?;
+        self.replicas.store(replicas, Ordering::Relaxed);
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok(Conn::Multiplexed(conn))
+    }
+
+    /// The master the Sentinels name, and whether it is the one the last `+switch-master`
+    /// announced; an error while they still name another than the announced one.
+    async fn named_master(&self) -> Result<(redis::Client, bool), StoreError> {
         let client =
             self.client
                 .lock()
@@ -302,49 +321,25 @@ impl SentinelBackend {
                 resolved.0, resolved.1, expected.0, expected.1
             )));
         }
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_response_timeout(Some(options.longest_call()));
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| map_error(&e))?;
-        // Right after a failover a Sentinel may still name the old master: check its role.
-        let role: Value = redis::cmd("ROLE")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| map_error(&e))?;
-        let is_master = matches!(&role, Value::Array(parts) if parts.first().is_some_and(|v| matches!(v, Value::BulkString(b) if b == b"master")));
-        if !is_master {
-            return Err(StoreError::Unavailable(
-                "the server Sentinel named is not a master yet".into(),
-            ));
-        }
-        // ROLE on a master: ["master", offset, [[host, port, offset], ...]].
-        let replicas = match &role {
-            Value::Array(parts) => match parts.get(2) {
-                Some(Value::Array(list)) => list.len(),
-                _ => 0,
-            },
-            _ => 0,
-        };
+        Ok((client, is_announced))
+    }
+
+    /// A master that has lost its replicas (while the previous one had some) is not used for
+    /// 10 s unless a `+switch-master` announced it: its replica may just have been promoted,
+    /// and this master's writes would be lost.
+    fn check_not_lonely(&self, replicas: usize, is_announced: bool) -> Result<(), StoreError> {
         let had = self.replicas.load(Ordering::Relaxed);
-        {
-            let mut lonely = self.lonely_since.lock().unwrap_or_else(|p| p.into_inner());
-            if replicas == 0 && had > 0 && !is_announced {
-                // Its replica may just have been promoted: this master's writes would be lost.
-                let since = *lonely.get_or_insert_with(tokio::time::Instant::now);
-                if since.elapsed() < Duration::from_secs(10) {
-                    return Err(StoreError::Unavailable(
-                        "the master Sentinel names has lost its replicas (a failover in progress?); waiting for the announcement".into(),
-                    ));
-                }
+        let mut lonely = self.lonely_since.lock().unwrap_or_else(|p| p.into_inner());
+        if replicas == 0 && had > 0 && !is_announced {
+            let since = *lonely.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() < Duration::from_secs(10) {
+                return Err(StoreError::Unavailable(
+                    "the master Sentinel names has lost its replicas (a failover in progress?); waiting for the announcement".into(),
+                ));
             }
-            *lonely = None;
         }
-        self.replicas.store(replicas, Ordering::Relaxed);
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
-        Ok(Conn::Multiplexed(conn))
+        *lonely = None;
+        Ok(())
     }
 
     pub(super) fn invalidate(&self) {
@@ -355,221 +350,20 @@ impl SentinelBackend {
     }
 }
 
-/// Cluster: one pipeline per master node per flush, every batch inside it single-slot (the
-/// keys of one rule and descriptor share a hash tag).
-pub(super) struct ClusterBackend {
-    client: redis::cluster::ClusterClient,
-    conn: OnceCell<ClusterConnection>,
-    /// (first slot, last slot, host, port) of each master, refreshed after errors.
-    slots: Mutex<Option<Arc<SlotMap>>>,
-}
-
-impl ClusterBackend {
-    pub(super) fn new(
-        target: &ClusterTarget,
-        options: &RedisStoreOptions,
-    ) -> Result<Self, StoreError> {
-        let ClusterTarget { nodes, auth, tls } = target;
-        let scheme = if *tls { "rediss" } else { "redis" };
-        let urls: Vec<String> = nodes.iter().map(|n| format!("{scheme}://{n}")).collect();
-        let mut builder = redis::cluster::ClusterClientBuilder::new(urls)
-            .connection_timeout(options.connect_timeout)
-            .response_timeout(options.longest_call())
-            .retries(1);
-        if let Some(login) = auth {
-            if let Some(user) = login.user() {
-                builder = builder.username(user);
-            }
-            builder = builder.password(login.password());
-        }
-        // A private CA for `rediss://` nodes (every node, those learnt from `CLUSTER SLOTS` and
-        // redirections included).
-        if let Some(pem) = options.tls_root_pem.clone().filter(|_| *tls) {
-            builder = builder.certs(redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(pem),
-            });
-        }
-        let client = builder.build().map_err(|e| map_error(&e))?;
-        Ok(Self {
-            client,
-            conn: OnceCell::new(),
-            slots: Mutex::new(None),
-        })
+/// The replicas a `ROLE` reply lists, or `None` when it is not a master's.
+/// ROLE on a master: ["master", offset, [[host, port, offset], ...]].
+fn master_replicas(role: &Value) -> Option<usize> {
+    let Value::Array(parts) = role else {
+        return None;
+    };
+    if !parts
+        .first()
+        .is_some_and(|v| matches!(v, Value::BulkString(b) if b == b"master"))
+    {
+        return None;
     }
-
-    pub(super) async fn connection(&self) -> Result<ClusterConnection, StoreError> {
-        self.conn
-            .get_or_try_init(|| async {
-                self.client
-                    .get_async_connection()
-                    .await
-                    .map_err(|e| map_error(&e))
-            })
-            .await
-            .cloned()
-    }
-
-    pub(super) fn invalidate(&self) {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner()).take();
-    }
-
-    async fn slot_map(&self, conn: &mut ClusterConnection) -> Result<Arc<SlotMap>, StoreError> {
-        if let Some(map) = self.slots.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Ok(map);
-        }
-        let reply: Value = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query_async(conn)
-            .await
-            .map_err(|e| map_error(&e))?;
-        let map = Arc::new(parse_slots(&reply)?);
-        *self.slots.lock().unwrap_or_else(|p| p.into_inner()) = Some(map.clone());
-        Ok(map)
-    }
-
-    /// Sends one pipeline per master, concurrently: every command names one key, and each
-    /// goes to the master serving its slot (one rule+descriptor's keys share a hash tag).
-    pub(super) async fn flush(
-        &self,
-        items: &[FlushItem],
-        receipt: Option<&FlushReceipt>,
-        time: FlushTime,
-    ) -> Result<FlushReply, StoreError> {
-        let read_time = time == FlushTime::Read;
-        let mut results: Vec<Result<FlushOutcome, StoreError>> = items
-            .iter()
-            .map(|_| Err(StoreError::Refused("not sent".into())))
-            .collect();
-        let mut conn = self.connection().await?;
-        let map = self.slot_map(&mut conn).await?;
-        let (by_node, unserved) = group_by_node(&map, items);
-        for (i, slot) in unserved {
-            results[i] = Err(StoreError::Unavailable(format!(
-                "no node serves slot {slot}"
-            )));
-        }
-        let mut tasks = tokio::task::JoinSet::new();
-        // Which items each node's task carries, so that a task that never answers (it
-        // panicked) leaves its items in doubt rather than failed.
-        let mut carried: HashMap<tokio::task::Id, Vec<usize>> = HashMap::new();
-        for ((host, port), members) in by_node {
-            let owned: Vec<FlushItem> = members.iter().map(|&i| items[i].clone()).collect();
-            let mut conn = conn.clone();
-            let receipt = receipt.cloned();
-            let ours = members.clone();
-            let task = tasks.spawn(async move {
-                let refs: Vec<&FlushItem> = owned.iter().collect();
-                let (pipe, plans, count) = flush_pipeline(&refs, receipt.as_ref(), read_time);
-                let route = SingleNodeRoutingInfo::ByAddress { host, port };
-                let raw = conn.route_pipeline(pipe, 0, count, route).await;
-                let outcome = raw.map(|values| {
-                    let replies: Vec<Result<Value, StoreError>> = values
-                        .into_iter()
-                        .map(|v| match v {
-                            Value::ServerError(e) => Err(map_server_error(&e)),
-                            v => Ok(v),
-                        })
-                        .collect();
-                    let time = read_time
-                        .then(|| replies.last().and_then(|t| t.as_ref().ok()))
-                        .flatten()
-                        .and_then(parse_time);
-                    let mut names = NodeNames::default();
-                    let per_item: Vec<Result<FlushOutcome, StoreError>> = owned
-                        .iter()
-                        .zip(&plans)
-                        .map(|(item, plan)| read_item(item, plan, &replies, &mut names))
-                        .collect();
-                    (per_item, time)
-                });
-                (members, outcome)
-            });
-            carried.insert(task.id(), ours);
-        }
-        let mut round_trips = 0;
-        let mut store_time = None;
-        while let Some(done) = tasks.join_next().await {
-            let (members, outcome) = match done {
-                Ok(done) => done,
-                Err(e) => {
-                    // The pipeline may or may not have been applied: its outcome is unknown.
-                    let error = StoreError::Unavailable(format!(
-                        "the flush to one cluster node ended without an answer: {e}"
-                    ));
-                    for i in carried.remove(&e.id()).unwrap_or_default() {
-                        results[i] = Err(error.clone());
-                    }
-                    continue;
-                }
-            };
-            round_trips += 1;
-            match outcome {
-                Ok((per_item, time)) => {
-                    store_time = store_time.or(time);
-                    for (i, r) in members.into_iter().zip(per_item) {
-                        results[i] = r;
-                    }
-                }
-                Err(e) => {
-                    let err = map_error(&e);
-                    for i in members {
-                        results[i] = Err(err.clone());
-                    }
-                    self.invalidate();
-                }
-            }
-        }
-        if !items.is_empty()
-            && results
-                .iter()
-                .all(|r| r.as_ref().is_err_and(StoreError::is_unavailable))
-        {
-            return Err(StoreError::Unavailable(
-                "no cluster node answered the flush".into(),
-            ));
-        }
-        Ok(FlushReply {
-            results,
-            store_time,
-            round_trips,
-        })
-    }
-
-    /// Reads the marker of each master's share of `items` (grouped as [`Self::flush`] groups
-    /// them: a promoted replica serves the same slots, so the groups and their first items are
-    /// the same as when the flush was sent).
-    pub(super) async fn landed(
-        &self,
-        items: &[FlushItem],
-        receipt: &FlushReceipt,
-    ) -> Result<Vec<Option<bool>>, StoreError> {
-        let mut conn = self.connection().await?;
-        let map = self.slot_map(&mut conn).await?;
-        let (by_node, unserved) = group_by_node(&map, items);
-        // An item whose slot no master serves was not sent.
-        let mut landed = vec![Some(false); items.len()];
-        let mut error = None;
-        for members in by_node.into_values() {
-            let marker: Result<Option<u64>, _> = redis::cmd("GET")
-                .arg(receipt.marker_key(&items[members[0]]))
-                .query_async(&mut conn)
-                .await;
-            let arrived = match marker {
-                Ok(marker) => Some(marker == Some(receipt.token)),
-                Err(e) => {
-                    self.invalidate();
-                    error = Some(map_error(&e));
-                    None
-                }
-            };
-            for i in members {
-                landed[i] = arrived;
-            }
-        }
-        match error {
-            Some(e) if unserved.is_empty() && landed.iter().all(Option::is_none) => Err(e),
-            _ => Ok(landed),
-        }
-    }
+    Some(match parts.get(2) {
+        Some(Value::Array(list)) => list.len(),
+        _ => 0,
+    })
 }

@@ -2,6 +2,7 @@
 //! Sentinel (follows failovers) and Cluster (one pipeline per node).
 
 mod backend;
+mod cluster;
 mod errors;
 mod pipeline;
 mod replies;
@@ -14,7 +15,8 @@ pub(crate) use pipeline::flush_pipeline;
 pub use pipeline::packed_flush;
 pub(crate) use replies::{parse_exact, parse_presence, parse_time, read_item};
 
-use backend::{Backend, ClusterBackend, Conn, SentinelBackend};
+use backend::{Backend, Conn, SentinelBackend};
+use cluster::ClusterBackend;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -23,87 +23,112 @@ pub(crate) fn flush_pipeline(
     receipt: Option<&FlushReceipt>,
     with_time: bool,
 ) -> (redis::Pipeline, Vec<ItemPlan>, usize) {
-    use std::fmt::Write as _;
-    // Up to six commands per item; each command's buffers are sized once (redis-rs would
-    // grow them argument by argument: several allocations per command).
-    let mut pipe = redis::Pipeline::with_capacity(items.len() * 3 + 2);
-    pipe.ignore_errors();
-    let mut n = 0;
-    let mut plans = Vec::with_capacity(items.len());
-    // Key names and entries are written into these and copied into each command's own buffer:
-    // no allocation per key here (the flush's cost is per key; a shared key takes 3 commands).
-    let mut counter = String::with_capacity(128);
-    let mut other = String::with_capacity(128);
-    let mut add = |pipe: &mut redis::Pipeline, args: &[&[u8]]| {
+    let mut cmds = Commands::with_capacity(items.len() * 3 + 2);
+    let mut scratch = Scratch::default();
+    let plans = items
+        .iter()
+        .map(|item| push_item(&mut cmds, &mut scratch, item))
+        .collect();
+    if let (Some(receipt), Some(first)) = (receipt, items.first()) {
+        let longest = items.iter().map(|i| i.ttl).max().unwrap_or_default();
+        let marker = receipt.marker_key(first);
+        cmds.add(&[
+            b"SET",
+            marker.as_bytes(),
+            scratch.number.format(receipt.token).as_bytes(),
+            b"PX",
+            scratch.number2.format(whole_ms(longest)).as_bytes(),
+        ]);
+    }
+    if with_time {
+        cmds.add(&[b"TIME"]);
+    }
+    (cmds.pipe, plans, cmds.n)
+}
+
+/// The pipeline being built and how many commands it holds.
+struct Commands {
+    pipe: redis::Pipeline,
+    n: usize,
+}
+
+impl Commands {
+    fn with_capacity(capacity: usize) -> Self {
+        let mut pipe = redis::Pipeline::with_capacity(capacity);
+        pipe.ignore_errors();
+        Self { pipe, n: 0 }
+    }
+
+    /// Adds one command and returns its place. Each command's buffers are sized once
+    /// (redis-rs would grow them argument by argument: several allocations per command).
+    fn add(&mut self, args: &[&[u8]]) -> usize {
         let bytes = args.iter().map(|a| a.len()).sum();
         let mut cmd = redis::Cmd::with_capacity(args.len(), bytes);
         for a in args {
             cmd.arg(*a);
         }
-        pipe.add_command(cmd);
-        n += 1;
-        n - 1
-    };
-    let mut number = itoa::Buffer::new();
-    let mut number2 = itoa::Buffer::new();
-    for item in items {
-        counter.clear();
-        let _ = write!(counter, "{}:{}", item.key, item.window);
-        let ttl_ms = number2.format(whole_ms(item.ttl)).as_bytes();
-        let incr = add(
-            &mut pipe,
-            &[
-                b"INCRBY",
-                counter.as_bytes(),
-                number.format(item.delta).as_bytes(),
-            ],
-        );
-        if item.first_write {
-            add(&mut pipe, &[b"PEXPIRE", counter.as_bytes(), ttl_ms]);
+        self.pipe.add_command(cmd);
+        self.n += 1;
+        self.n - 1
+    }
+}
+
+/// Key names, entries and numbers are written into these and copied into each command's own
+/// buffer: no allocation per key here (the flush's cost is per key; a shared key takes 3
+/// commands).
+struct Scratch {
+    counter: String,
+    other: String,
+    number: itoa::Buffer,
+    number2: itoa::Buffer,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Self {
+            counter: String::with_capacity(128),
+            other: String::with_capacity(128),
+            number: itoa::Buffer::new(),
+            number2: itoa::Buffer::new(),
         }
-        let previous = item.want_previous.then(|| {
-            other.clear();
-            let _ = write!(other, "{}:{}", item.key, item.window.saturating_sub(1));
-            add(&mut pipe, &[b"GET", other.as_bytes()])
-        });
-        let entries = item.entry.as_ref().map(|e| {
-            counter.push_str(":n");
-            other.clear();
-            e.encode_into(&mut other);
-            let node = e.node.as_bytes();
-            add(
-                &mut pipe,
-                &[b"HSET", counter.as_bytes(), node, other.as_bytes()],
-            );
-            if item.first_write {
-                add(&mut pipe, &[b"PEXPIRE", counter.as_bytes(), ttl_ms]);
-            }
-            add(&mut pipe, &[b"HGETALL", counter.as_bytes()])
-        });
-        plans.push(ItemPlan {
-            incr,
-            previous,
-            entries,
-        });
     }
-    if let (Some(receipt), Some(first)) = (receipt, items.first()) {
-        let longest = items.iter().map(|i| i.ttl).max().unwrap_or_default();
-        let marker = receipt.marker_key(first);
-        add(
-            &mut pipe,
-            &[
-                b"SET",
-                marker.as_bytes(),
-                number.format(receipt.token).as_bytes(),
-                b"PX",
-                number2.format(whole_ms(longest)).as_bytes(),
-            ],
-        );
+}
+
+/// One item's commands (up to six), in the order [`flush_pipeline`] describes.
+fn push_item(cmds: &mut Commands, s: &mut Scratch, item: &FlushItem) -> ItemPlan {
+    use std::fmt::Write as _;
+    s.counter.clear();
+    let _ = write!(s.counter, "{}:{}", item.key, item.window);
+    let ttl_ms = s.number2.format(whole_ms(item.ttl)).as_bytes();
+    let incr = cmds.add(&[
+        b"INCRBY",
+        s.counter.as_bytes(),
+        s.number.format(item.delta).as_bytes(),
+    ]);
+    if item.first_write {
+        cmds.add(&[b"PEXPIRE", s.counter.as_bytes(), ttl_ms]);
     }
-    if with_time {
-        add(&mut pipe, &[b"TIME"]);
+    let previous = item.want_previous.then(|| {
+        s.other.clear();
+        let _ = write!(s.other, "{}:{}", item.key, item.window.saturating_sub(1));
+        cmds.add(&[b"GET", s.other.as_bytes()])
+    });
+    let entries = item.entry.as_ref().map(|e| {
+        s.counter.push_str(":n");
+        s.other.clear();
+        e.encode_into(&mut s.other);
+        let node = e.node.as_bytes();
+        cmds.add(&[b"HSET", s.counter.as_bytes(), node, s.other.as_bytes()]);
+        if item.first_write {
+            cmds.add(&[b"PEXPIRE", s.counter.as_bytes(), ttl_ms]);
+        }
+        cmds.add(&[b"HGETALL", s.counter.as_bytes()])
+    });
+    ItemPlan {
+        incr,
+        previous,
+        entries,
     }
-    (pipe, plans, n)
 }
 
 /// A TTL in whole milliseconds for `PEXPIRE`/`PX`: at least 1 (0 is refused).

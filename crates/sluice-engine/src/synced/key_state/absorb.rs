@@ -6,7 +6,7 @@
 use sluice_core::Nanos;
 use sluice_store::FlushOutcome;
 
-use super::super::flags::{Activity, KeyFlags};
+use super::super::flags::{KeyFlags, Sharing};
 use super::super::model;
 use super::super::params::SyncedParams;
 use super::super::reply::{listed_others, unlisted_demand};
@@ -111,30 +111,17 @@ impl KeyState {
                 window_start,
                 (now, store),
             );
-        } else if self.has(KeyFlags::SEEN_ENTRIES) && early {
+        } else if self.seen_entries() && early {
             if let Some(x) = shared {
                 x.rebase(p, self.others_read.into(), now);
             }
-        } else if self.has(KeyFlags::SEEN_ENTRIES) {
-            // A flush that only added its count (the key was ours alone, or far below its
-            // limit): anything beyond our count is someone else's, one unlisted group. The
-            // entries known from before go: their counts are in that total too. Except, with
-            // nothing beyond our count, the ones carried from the previous window (entries or
-            // its unlisted group): they have not flushed in this one yet (its boundaries'
-            // flushes land together), and dropping them would leave the key to this instance
-            // alone for a span.
-            let mut others = shared
-                .as_mut()
-                .map(|x| std::mem::take(&mut x.others))
-                .unwrap_or_default();
-            others.retain(|o| unlisted.is_none() && o.at <= window_start);
-            others.extend(unlisted);
-            set_others(shared, others, now);
+        } else if self.seen_entries() {
+            others_from_count_only(shared, unlisted, window_start, now);
         }
         if outcome.total > p.limit {
             self.block(p, window_start, now);
         }
-        if self.has(KeyFlags::SEEN_ENTRIES)
+        if self.seen_entries()
             && let Some(x) = shared
         {
             let group_behind = had_group && flushed_last_span;
@@ -188,8 +175,7 @@ impl KeyState {
             // the mix of users). It is settled again as a new key is: the instances not
             // listed count as this one does until two boundary replies, or a read a
             // quarter span after a boundary, show nobody else counts it.
-            self.flags.remove(KeyFlags::SETTLED);
-            self.activity.remove(Activity::BOUNDARY_REPLY);
+            self.flags.set_sharing(self.flags.sharing().unsettle());
         }
         set_others(shared, others, now);
         if self.settles(
@@ -199,10 +185,10 @@ impl KeyState {
             (flight, window_start),
             (now, store),
         ) {
-            self.flags.insert(KeyFlags::SETTLED);
+            self.flags.set_sharing(Sharing::Settled);
         }
-        self.flags.insert(KeyFlags::SEEN_ENTRIES);
-        if model::phantoms(p, self, shared.as_ref(), now, store.fleet) > 0 {
+        self.flags.set_sharing(self.flags.sharing().entries_seen());
+        if model::phantoms(p, &self.view(), shared.as_ref(), now, store.fleet) > 0 {
             // Instances not listed yet get their share of the room: a budget, kept with
             // the key's shared state.
             shared.get_or_insert_with(|| Shared::heard_at(now));
@@ -221,11 +207,11 @@ impl KeyState {
         window_start: Nanos,
         (now, store): (Nanos, StoreView),
     ) {
-        let phantoms = model::phantoms(p, self, Some(x), now, store.fleet);
+        let phantoms = model::phantoms(p, &self.view(), Some(x), now, store.fleet);
         let previous = x.budget();
         let mut budget = model::budget(
             p,
-            self,
+            &self.view(),
             x,
             (window_start, now),
             (phantoms, store.fleet),
@@ -336,7 +322,7 @@ impl KeyState {
     ) -> bool {
         let parties = store.fleet.max(p.expected_instances);
         if parties <= 1 {
-            return others_seen || self.has(KeyFlags::SEEN_ENTRIES);
+            return others_seen || self.seen_entries();
         }
         let listed = shared.map_or(0, |x| x.live_others(p, now).count() as u64);
         if listed + 1 >= parties {
@@ -348,14 +334,14 @@ impl KeyState {
             let sent = flight.sent_at;
             let span_start = p.span_of(sent).saturating_mul(p.span_ns);
             return p.shareable(parties)
-                && self.activity.contains(Activity::BOUNDARY_REPLY)
+                && self.flags.sharing().boundary_replied()
                 && sent >= span_start + p.settle_margin();
         }
         if p.span_of(now) == p.span_of(window_start) {
             return false;
         }
-        let second = self.activity.contains(Activity::BOUNDARY_REPLY);
-        self.activity.insert(Activity::BOUNDARY_REPLY);
+        let (phase, second) = self.flags.sharing().boundary_reply();
+        self.flags.set_sharing(phase);
         second
     }
 }
@@ -372,4 +358,25 @@ fn flushed_in_last_span(p: &SyncedParams, other: &Other, now: Nanos) -> bool {
 fn set_mid_span(p: &SyncedParams, at: Nanos, now: Nanos) -> bool {
     let span_start = p.span_of(now).saturating_mul(p.span_ns);
     at >= span_start + p.settle_margin()
+}
+
+/// A flush that only added its count (the key was ours alone, or far below its limit):
+/// anything beyond our count is someone else's, one unlisted group. The entries known from
+/// before go: their counts are in that total too. Except, with nothing beyond our count, the
+/// ones carried from the previous window (entries or its unlisted group): they have not
+/// flushed in this one yet (its boundaries' flushes land together), and dropping them would
+/// leave the key to this instance alone for a span.
+fn others_from_count_only(
+    shared: &mut Option<Shared>,
+    unlisted: Option<Other>,
+    window_start: Nanos,
+    now: Nanos,
+) {
+    let mut others = shared
+        .as_mut()
+        .map(|x| std::mem::take(&mut x.others))
+        .unwrap_or_default();
+    others.retain(|o| unlisted.is_none() && o.at <= window_start);
+    others.extend(unlisted);
+    set_others(shared, others, now);
 }

@@ -73,7 +73,7 @@ impl KeyState {
         self.offered = 0;
         self.demand_at = timeline.stamp(window_start, now);
         // An early sync of a settled key only reads the total: its entries are current.
-        let read_only = early && self.has(KeyFlags::SEEN_ENTRIES) && self.settled();
+        let read_only = early && self.seen_entries() && self.settled();
         let entry = (!read_only && self.exchanges_entries(p, shared.as_deref(), window_start, now))
             .then(|| NodeEntry {
                 node: node.clone(),
@@ -104,10 +104,10 @@ impl KeyState {
     ) -> bool {
         p.predictive()
             && (!self.has(KeyFlags::PREV_KNOWN)
-                || !self.has(KeyFlags::SETTLED)
+                || !self.settled()
                 || self.has(KeyFlags::CUT_OFF)
                 || shared.is_some_and(|x| {
-                    x.needed(now) && !model::far_below(p, self, x, window_start, now, 0)
+                    x.needed(now) && !model::far_below(p, &self.view(), x, window_start, now, 0)
                 }))
     }
 }

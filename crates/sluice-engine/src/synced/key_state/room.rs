@@ -4,7 +4,6 @@
 
 use sluice_core::Nanos;
 
-use super::super::flags::KeyFlags;
 use super::super::model;
 use super::super::params::SyncedParams;
 use super::super::shared::Shared;
@@ -38,8 +37,14 @@ impl KeyState {
         if unheard && matches!(refusal, Refusal::Limit) && fits(self.read(shared)) {
             return Some(now);
         }
-        let without_unlisted =
-            model::estimate(p, self, shared, window_start, now, (store.health, 0));
+        let without_unlisted = model::estimate(
+            p,
+            &self.view(),
+            shared,
+            window_start,
+            now,
+            (store.health, 0),
+        );
         (phantoms > 0 && fits(without_unlisted))
             .then(|| now.max(p.span_of(now).saturating_mul(p.span_ns) + p.settle_margin()))
     }
@@ -65,16 +70,16 @@ impl KeyState {
     ) -> Result<u64, Refusal> {
         let local = u64::from(self.local);
         if !p.predictive() {
-            let nodes = model::node_estimate(self);
+            let nodes = model::node_estimate(&self.view());
             if (local + cost).saturating_mul(nodes) > p.limit {
                 return Err(Refusal::Limit);
             }
             return Ok((local + u64::from(self.others_read)).max(local * nodes));
         }
-        let phantoms = model::phantoms(p, self, shared.as_deref(), now, store.fleet);
+        let phantoms = model::phantoms(p, &self.view(), shared.as_deref(), now, store.fleet);
         let estimate = model::estimate(
             p,
-            self,
+            &self.view(),
             shared.as_deref(),
             window_start,
             now,
@@ -82,7 +87,7 @@ impl KeyState {
         );
         let refusal = if estimate + cost as f64 > p.limit as f64 {
             Some(Refusal::Limit)
-        } else if self.has(KeyFlags::SEEN_ENTRIES)
+        } else if self.seen_entries()
             && let Some(shared) = shared.as_deref_mut()
             && !self.within_budget(p, shared, window_start, now, cost, (phantoms, store.fleet))
         {
@@ -123,7 +128,7 @@ impl KeyState {
             _ => {
                 let budget = model::budget(
                     p,
-                    self,
+                    &self.view(),
                     shared,
                     (window_start, now),
                     (phantoms, fleet),
@@ -142,7 +147,7 @@ impl KeyState {
             }
         };
         let since = self.local.saturating_sub(budget.local_at);
-        u64::from(since) + cost <= model::budget_now(p, self, &budget, window_start, now)
+        u64::from(since) + cost <= model::budget_now(p, &self.view(), &budget, window_start, now)
     }
 }
 
