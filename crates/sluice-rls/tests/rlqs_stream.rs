@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use sluice_rls::rlqs::{RateLimitQuotaGrpc, RlqsLimits};
+use sluice_rls::rlqs::{RateLimitQuotaGrpc, RlqsLimits, RlqsServer};
 use sluice_rls::{RateLimitGrpc, RlsOptions, SharedEngine};
 use tokio::sync::{mpsc, watch};
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
@@ -49,7 +49,7 @@ async fn server(limits: RlqsLimits) -> Server {
     let options = Arc::new(ArcSwap::from_pointee(RlsOptions::default()));
     let (stop, stop_rx) = watch::channel(false);
     let handler = RateLimitQuotaGrpc::new(engine.clone(), options, limits, stop_rx);
-    let service = envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer::new(handler.clone());
+    let service = RlqsServer::new(handler.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
@@ -398,4 +398,102 @@ async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
             3600
         )
     );
+}
+
+#[tokio::test]
+async fn all_peers_together_hold_a_bounded_number_of_streams() {
+    let limits = RlqsLimits {
+        max_streams: 2,
+        max_streams_per_peer: 10,
+        ..RlqsLimits::default()
+    };
+    let s = server(limits).await;
+    let _first = open(s.addr).await.unwrap();
+    let second = open(s.addr).await.unwrap();
+    let third = open(s.addr).await.map(|_| ()).unwrap_err();
+    assert_eq!(third.code(), tonic::Code::ResourceExhausted, "{third}");
+    assert!(third.message().contains("server holds 2"), "{third}");
+    // A stream that ends gives its place back.
+    drop(second);
+    let reopened = async {
+        loop {
+            if open(s.addr).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reopened)
+        .await
+        .expect("a place again within 10 s");
+}
+
+#[tokio::test]
+async fn an_oversized_bucket_id_is_left_alone_and_the_stream_goes_on() {
+    let s = server(RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let alice = bucket(&[("user", "alice")]);
+    let many: Vec<(String, String)> = (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let long_key = "k".repeat(257);
+    let refused = [
+        bucket(&many),
+        bucket(&[(long_key.as_str(), "v")]),
+        bucket(&[]),
+    ];
+    let mut usages: Vec<BucketQuotaUsage> =
+        refused.iter().map(|id| usage(id.clone(), 1, 0)).collect();
+    usages.push(usage(alice.clone(), 1, 0));
+    tx.send(report("d", usages)).await.unwrap();
+    // Only alice is answered; the refused ids keep Envoy's own fallback, the stream stays.
+    let answer = actions(&next(&mut inbox).await);
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert!(answer.contains_key(&name(&alice)), "{answer:?}");
+    // A value longer than the RLS limit comes from a request: it is limited as its digest.
+    let long = bucket(&[("user", &"x".repeat(5000))]);
+    tx.send(report("", vec![usage(long.clone(), 150, 0)]))
+        .await
+        .unwrap();
+    let answer = actions(&next(&mut inbox).await);
+    assert_eq!(
+        answer[&name(&long)].0,
+        Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32)),
+        "{answer:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_long_answer_comes_in_parts_and_a_report_over_the_bound_ends_the_stream() {
+    let s = server(RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    // Reports of 200 buckets with 1 KB values (about 200 KB each, within the 256 KiB bound):
+    // each answer is about 210 KB of actions, sent in parts of at most 64 KiB.
+    let value = "v".repeat(1000);
+    for chunk in 0..4 {
+        let usages = (0..200)
+            .map(|i| usage(bucket(&[("user", &format!("{chunk}-{i}{value}"))]), 0, 0))
+            .collect();
+        tx.send(report("d", usages)).await.unwrap();
+    }
+    let (mut answered, mut parts) = (0, 0);
+    while answered < 800 {
+        let part = next(&mut inbox).await;
+        assert!(
+            part.bucket_action.len() <= 64,
+            "{}",
+            part.bucket_action.len()
+        );
+        answered += part.bucket_action.len();
+        parts += 1;
+    }
+    assert!(parts >= 4 * 4, "{parts} parts");
+    // A report over the bound ends the stream with an error.
+    let usages = (0..300)
+        .map(|i| usage(bucket(&[("user", &format!("{i}{value}"))]), 0, 0))
+        .collect();
+    tx.send(report("", usages)).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(10), inbox.message())
+        .await
+        .expect("an end within 10 s");
+    assert!(end.is_err(), "{end:?}");
 }

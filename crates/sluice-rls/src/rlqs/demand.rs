@@ -107,7 +107,9 @@ mod tests {
         let id = BucketId {
             bucket: [("user".to_owned(), user.to_owned())].into(),
         };
-        BucketKey::from_proto(&id, &RlsOptions::default(), 0).unwrap()
+        super::super::bucket::Bucket::read(&id, &RlsOptions::default())
+            .unwrap()
+            .key
     }
 
     const S: u64 = 1_000_000_000;

@@ -10,11 +10,14 @@ use std::time::Duration;
 /// The bounds of every stream.
 #[derive(Clone, Debug)]
 pub struct RlqsLimits {
+    /// Streams all peers together may hold open at once; more are refused with
+    /// `RESOURCE_EXHAUSTED`. With `max_message_bytes`, it bounds the memory of reports.
+    pub max_streams: usize,
     /// Streams one peer address may hold open at once; more are refused with
     /// `RESOURCE_EXHAUSTED`.
     pub max_streams_per_peer: usize,
-    /// Buckets one stream may hold; usage of more is neither counted nor answered (Envoy keeps
-    /// its `no_assignment_behavior` for them).
+    /// Buckets one stream may hold; usage of more is counted and answered, its assignment
+    /// not kept.
     pub max_buckets_per_stream: usize,
     /// Buckets the demand book holds across all streams (`DemandBook`).
     pub max_tracked_buckets: usize,
@@ -22,7 +25,8 @@ pub struct RlqsLimits {
     /// bucket at once, then all its buckets every 5 s); faster reports wait, so the HTTP/2
     /// window pushes back on the sender.
     pub usages_per_second: u32,
-    /// Largest report message, in bytes.
+    /// Largest report message, in bytes: a stream holds a few times this at most (the bytes
+    /// received, the report kept undecoded, answers in parts: wire.rs).
     pub max_message_bytes: usize,
     /// How long a response may wait for the peer to read the previous ones; a stream whose
     /// peer reads nothing for this long is ended.
@@ -32,11 +36,12 @@ pub struct RlqsLimits {
 impl Default for RlqsLimits {
     fn default() -> Self {
         Self {
+            max_streams: 256,
             max_streams_per_peer: 16,
             max_buckets_per_stream: 10_000,
             max_tracked_buckets: 200_000,
             usages_per_second: 5_000,
-            max_message_bytes: 1024 * 1024,
+            max_message_bytes: 256 * 1024,
             send_timeout: Duration::from_secs(30),
         }
     }
@@ -55,16 +60,46 @@ pub struct StreamSlot {
     peer: Option<IpAddr>,
 }
 
+/// Why a stream is refused a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Full {
+    /// The peer holds its most streams.
+    #[error("this peer holds {0} rate limit quota streams already")]
+    Peer(usize),
+    /// All peers together hold the most streams.
+    #[error("this server holds {0} rate limit quota streams already")]
+    All(usize),
+}
+
+impl Full {
+    /// The `reason` label of `sluice_rlqs_refused_total`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Full::Peer(_) => "streams_per_peer",
+            Full::All(_) => "streams",
+        }
+    }
+}
+
 impl PeerStreams {
-    /// A slot for one more stream of `peer`, or `None` when it holds `max` already.
-    pub fn enter(self: &Arc<Self>, peer: Option<IpAddr>, max: usize) -> Option<StreamSlot> {
+    /// A slot for one more stream of `peer`, unless it holds `max_streams_per_peer` already
+    /// or all peers together hold `max_streams`.
+    pub fn enter(
+        self: &Arc<Self>,
+        peer: Option<IpAddr>,
+        limits: &RlqsLimits,
+    ) -> Result<StreamSlot, Full> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = open.values().sum();
+        if total >= limits.max_streams {
+            return Err(Full::All(limits.max_streams));
+        }
         let n = open.entry(peer).or_default();
-        if *n >= max {
-            return None;
+        if *n >= limits.max_streams_per_peer {
+            return Err(Full::Peer(limits.max_streams_per_peer));
         }
         *n += 1;
-        Some(StreamSlot {
+        Ok(StreamSlot {
             peers: self.clone(),
             peer,
         })
@@ -135,13 +170,33 @@ mod tests {
     #[test]
     fn a_peer_holds_at_most_its_streams_and_gets_them_back() {
         let peers = Arc::new(PeerStreams::default());
+        let limits = RlqsLimits {
+            max_streams_per_peer: 2,
+            ..RlqsLimits::default()
+        };
         let ip: Option<IpAddr> = Some([10, 0, 0, 1].into());
-        let a = peers.enter(ip, 2).unwrap();
-        let _b = peers.enter(ip, 2).unwrap();
-        assert!(peers.enter(ip, 2).is_none());
-        assert!(peers.enter(Some([10, 0, 0, 2].into()), 2).is_some());
+        let a = peers.enter(ip, &limits).unwrap();
+        let _b = peers.enter(ip, &limits).unwrap();
+        assert_eq!(peers.enter(ip, &limits).err(), Some(Full::Peer(2)));
+        assert!(peers.enter(Some([10, 0, 0, 2].into()), &limits).is_ok());
         drop(a);
-        assert!(peers.enter(ip, 2).is_some());
+        assert!(peers.enter(ip, &limits).is_ok());
+    }
+
+    #[test]
+    fn all_peers_together_hold_at_most_max_streams() {
+        let peers = Arc::new(PeerStreams::default());
+        let limits = RlqsLimits {
+            max_streams: 3,
+            ..RlqsLimits::default()
+        };
+        let slots: Vec<StreamSlot> = (1..=3u8)
+            .map(|i| peers.enter(Some([10, 0, 0, i].into()), &limits).unwrap())
+            .collect();
+        let fourth = peers.enter(Some([10, 0, 0, 4].into()), &limits);
+        assert_eq!(fourth.err(), Some(Full::All(3)));
+        drop(slots);
+        assert!(peers.enter(Some([10, 0, 0, 4].into()), &limits).is_ok());
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,18 +14,18 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
     self, AbandonAction, QuotaAssignmentAction,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use sluice_engine::{Engine, EngineError};
 
-use super::bucket::BucketKey;
+use super::bucket::{Bucket, BucketKey};
+use super::replies::{Replies, StreamEnd};
 use super::shared::Shared;
 use super::sizing::{Assignment, assign};
 use super::usage::{Recorded, record};
+use super::wire::{WireReport, WireResponse};
 use crate::error::RequestError;
 
 /// One stream's state.
@@ -37,6 +37,8 @@ pub struct QuotaStream {
     buckets: HashMap<BucketKey, Assignment>,
     /// Usages of buckets beyond the stream's cap (logged once).
     overflowed: bool,
+    /// Bucket ids refused (logged once).
+    refused: bool,
 }
 
 /// The longest domain a stream may name: the stream keeps it and every usage looks it up, so
@@ -51,46 +53,65 @@ impl QuotaStream {
             domain: None,
             buckets: HashMap::new(),
             overflowed: false,
+            refused: false,
         }
     }
 
-    /// Counts a report and answers it (`None`: nothing to say). An error ends the stream.
+    /// Counts a report and answers it, in parts of at most `RESPONSE_PART_BYTES` of actions.
     pub async fn answer(
         &mut self,
         shared: &Shared,
-        reports: RateLimitQuotaUsageReports,
-    ) -> Result<Option<RateLimitQuotaResponse>, tonic::Status> {
+        report: WireReport,
+        replies: &Replies,
+    ) -> Result<(), StreamEnd> {
         // A report may name more buckets than the stream holds (an Envoy reports every bucket
         // it has, and anyone who reaches it makes buckets by sending new values): each is
         // counted and answered all the same. Ending the stream instead left the Envoy with no
         // assignment at all after a spray of 10,001 user ids, and its fallback then let every
-        // request through. The decoded report is bounded by the message size, its cost by
-        // the pace of usages per second.
-        let domain = self.domain_of(&reports.domain)?;
+        // request through. For the same reason a bucket id Sluice refuses is left alone and
+        // the stream goes on. The report is held as its wire bytes (wire.rs), its usages
+        // decoded one at a time; its cost is bounded by the pace of usages per second.
+        let domain = self.domain_of(&report.domain)?;
         let engine = shared.engine.load_full();
         let options = shared.options.load();
-        let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
-        for (i, usage) in reports.bucket_quota_usages.iter().enumerate() {
-            let id = usage.bucket_id.as_ref().ok_or_else(|| {
-                tonic::Status::invalid_argument(format!(
-                    "bucket_quota_usages[{i}].bucket_id is missing"
-                ))
+        let mut part = WireResponse::default();
+        for (i, usage) in report.usages().enumerate() {
+            let usage = usage.map_err(|e| {
+                tonic::Status::invalid_argument(format!("bucket_quota_usages[{i}]: {e}"))
             })?;
-            let key = BucketKey::from_proto(id, &options, i).map_err(tonic::Status::from)?;
-            let held = self.buckets.contains_key(&key)
+            let bucket = match usage
+                .bucket_id
+                .as_ref()
+                .map(|id| Bucket::read(id, &options))
+            {
+                Some(Ok(bucket)) => bucket,
+                Some(Err(why)) => {
+                    self.refuse(&why.to_string());
+                    continue;
+                }
+                None => {
+                    self.refuse("a usage without a bucket id");
+                    continue;
+                }
+            };
+            let held = self.buckets.contains_key(&bucket.key)
                 || self.buckets.len() < shared.limits.max_buckets_per_stream;
             if !held {
                 self.overflow(shared);
             }
             let action = self
-                .bucket(shared, &engine, &domain, (key, held), usage)
+                .bucket(shared, &engine, &domain, (bucket, held), &usage)
                 .await?;
-            actions.push(action);
+            part.push(&action);
+            if part.is_full() {
+                replies.send(Ok(std::mem::take(&mut part))).await?;
+            }
         }
         metrics::counter!("sluice_rlqs_reports_total").increment(1);
-        Ok((!actions.is_empty()).then_some(RateLimitQuotaResponse {
-            bucket_action: actions,
-        }))
+        if !part.is_empty() {
+            replies.send(Ok(part)).await?;
+        }
+        Ok(())
     }
 
     /// The stream's domain: the first report's; a later report may repeat it or leave it
@@ -128,6 +149,20 @@ impl QuotaStream {
         }
     }
 
+    /// A bucket id refused (`why`): neither counted nor answered, so Envoy keeps its
+    /// `no_assignment_behavior` for that bucket alone.
+    fn refuse(&mut self, why: &str) {
+        metrics::counter!("sluice_rlqs_refused_total", "reason" => "bucket_id").increment(1);
+        if !self.refused {
+            self.refused = true;
+            tracing::warn!(
+                stream = self.id,
+                why,
+                "rlqs bucket id refused; the stream goes on"
+            );
+        }
+    }
+
     /// Counts one bucket's usage and decides its action; a bucket the stream does not hold
     /// (`held` false: it holds its most) keeps no state, so it is never abandoned.
     async fn bucket(
@@ -135,11 +170,12 @@ impl QuotaStream {
         shared: &Shared,
         engine: &Engine,
         domain: &str,
-        (key, held): (BucketKey, bool),
+        (bucket, held): (Bucket, bool),
         usage: &BucketQuotaUsage,
     ) -> Result<BucketAction, tonic::Status> {
         let allowed = usage.num_requests_allowed;
-        let recorded = match record(engine, domain, &key, allowed).await {
+        let key = bucket.key;
+        let recorded = match record(engine, domain, &bucket.entries, allowed).await {
             Ok(r) => r,
             // A domain no rule file defines: nothing limits its buckets.
             Err(EngineError::UnknownDomain(_)) => Recorded {
@@ -164,7 +200,7 @@ impl QuotaStream {
             }
         };
         tracing::debug!(
-            stream = self.id, domain, bucket = ?key.entries(), allowed,
+            stream = self.id, domain, bucket = ?bucket.entries, allowed,
             denied = usage.num_requests_denied, room = ?recorded.room, ?assignment,
             "rlqs assignment"
         );
@@ -184,7 +220,7 @@ impl QuotaStream {
             strategy_name(assignment)
         };
         metrics::counter!("sluice_rlqs_assignments_total", "strategy" => strategy).increment(1);
-        Ok(action(&key, assignment, abandon))
+        Ok(action(usage.bucket_id.clone(), assignment, abandon))
     }
 
     /// This stream's share of the bucket's demand on this instance.
@@ -234,7 +270,7 @@ fn pb_duration(d: Duration) -> PbDuration {
 }
 
 /// The wire form of an assignment (or of an abandon).
-pub fn action(key: &BucketKey, assignment: Assignment, abandon: bool) -> BucketAction {
+pub fn action(id: Option<BucketId>, assignment: Assignment, abandon: bool) -> BucketAction {
     let strategy = match assignment {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
         Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
@@ -261,7 +297,7 @@ pub fn action(key: &BucketKey, assignment: Assignment, abandon: bool) -> BucketA
         })
     };
     BucketAction {
-        bucket_id: Some(key.to_proto()),
+        bucket_id: id,
         bucket_action: Some(what),
     }
 }

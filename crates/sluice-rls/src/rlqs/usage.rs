@@ -10,7 +10,6 @@
 use sluice_core::MAX_COST;
 use sluice_engine::{Engine, EngineError, Outcome, Verdict};
 
-use super::bucket::BucketKey;
 use super::sizing::{REPORT_EVERY, Room, allowance};
 
 /// Most engine calls one bucket's report may take (halving a cost of `MAX_COST` to 1 and
@@ -32,10 +31,10 @@ pub struct Recorded {
 pub async fn record(
     engine: &Engine,
     domain: &str,
-    key: &BucketKey,
+    entries: &[(String, String)],
     allowed: u64,
 ) -> Result<Recorded, EngineError> {
-    let descriptor = [key.entries()];
+    let descriptor = [entries];
     let mut left = allowed;
     let mut chunk = allowed.min(MAX_COST);
     let mut calls = 0;
