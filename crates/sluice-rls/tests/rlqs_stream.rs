@@ -497,3 +497,35 @@ async fn a_long_answer_comes_in_parts_and_a_report_over_the_bound_ends_the_strea
         .expect("an end within 10 s");
     assert!(end.is_err(), "{end:?}");
 }
+
+#[tokio::test]
+async fn a_huge_allowed_count_costs_a_few_engine_calls_and_pays_for_them() {
+    let limits = RlqsLimits {
+        usages_per_second: 4,
+        ..RlqsLimits::default()
+    };
+    let s = server(limits).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let alice = bucket(&[("user", "alice")]);
+    let started = tokio::time::Instant::now();
+    // The first usage reports far more than the room: a look, three counting calls (the room,
+    // then two refused halvings), a look; the two calls beyond the usual three are paced.
+    // The next ones find no room (a look, a look). Four usages a second: the third report
+    // waits a quarter of a second for the first one's calls.
+    for _ in 0..3 {
+        tx.send(report("d", vec![usage(alice.clone(), 1 << 40, 0)]))
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        let answer = actions(&next(&mut inbox).await);
+        assert_eq!(
+            answer[&name(&alice)].0,
+            Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32))
+        );
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(200), "{took:?}");
+    // The room was counted in full.
+    assert_eq!(rls_code(&s.engine, "alice").await, Code::OverLimit);
+}

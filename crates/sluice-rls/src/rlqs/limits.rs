@@ -154,7 +154,13 @@ impl ReportPace {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.at = now;
         self.tokens = (self.tokens + elapsed * self.per_second).min(self.per_second);
-        self.tokens -= usages.max(1) as f64;
+        self.charge(usages.max(1) as u64)
+    }
+
+    /// Takes `extra` more (engine calls beyond the usual per usage) and returns how long to
+    /// wait before the next report.
+    pub fn charge(&mut self, extra: u64) -> Duration {
+        self.tokens -= extra as f64;
         if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
@@ -206,5 +212,7 @@ mod tests {
         assert_eq!(pace.take(50), Duration::from_millis(500));
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(pace.take(10), Duration::ZERO);
+        assert_eq!(pace.charge(0), Duration::ZERO);
+        assert_eq!(pace.charge(140), Duration::from_millis(500));
     }
 }

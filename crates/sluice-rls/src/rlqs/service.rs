@@ -128,7 +128,12 @@ async fn run(
             break;
         }
         match stream.answer(&shared, report, &replies).await {
-            Ok(()) => {}
+            // Engine calls beyond the usual ones are paid before the next report is read.
+            Ok(extra_calls) => {
+                if !paced(pace.charge(extra_calls), &mut stop).await {
+                    break;
+                }
+            }
             Err(StreamEnd::Gone) => break,
             Err(StreamEnd::Refused(status)) => {
                 let _ = replies.send(Err(status)).await;

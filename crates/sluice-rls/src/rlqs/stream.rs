@@ -41,6 +41,10 @@ pub struct QuotaStream {
     refused: bool,
 }
 
+/// Engine calls a usage usually takes (look, count, look): the pace counts one usage for
+/// them, and each call beyond.
+const USUAL_CALLS: u32 = 3;
+
 /// The longest domain a stream may name: the stream keeps it and every usage looks it up, so
 /// a megabyte of domain would cost a megabyte of hashing per usage.
 const MAX_DOMAIN_BYTES: usize = 256;
@@ -58,12 +62,13 @@ impl QuotaStream {
     }
 
     /// Counts a report and answers it, in parts of at most `RESPONSE_PART_BYTES` of actions.
+    /// Returns the engine calls it took beyond the usual three per usage, for the pace.
     pub async fn answer(
         &mut self,
         shared: &Shared,
         report: WireReport,
         replies: &Replies,
-    ) -> Result<(), StreamEnd> {
+    ) -> Result<u64, StreamEnd> {
         // A report may name more buckets than the stream holds (an Envoy reports every bucket
         // it has, and anyone who reaches it makes buckets by sending new values): each is
         // counted and answered all the same. Ending the stream instead left the Envoy with no
@@ -75,6 +80,7 @@ impl QuotaStream {
         let engine = shared.engine.load_full();
         let options = shared.options.load();
         let mut part = WireResponse::default();
+        let mut extra_calls = 0;
         for (i, usage) in report.usages().enumerate() {
             let usage = usage.map_err(|e| {
                 tonic::Status::invalid_argument(format!("bucket_quota_usages[{i}]: {e}"))
@@ -99,9 +105,10 @@ impl QuotaStream {
             if !held {
                 self.overflow(shared);
             }
-            let action = self
+            let (action, calls) = self
                 .bucket(shared, &engine, &domain, (bucket, held), &usage)
                 .await?;
+            extra_calls += u64::from(calls.saturating_sub(USUAL_CALLS));
             part.push(&action);
             if part.is_full() {
                 replies.send(Ok(std::mem::take(&mut part))).await?;
@@ -111,7 +118,7 @@ impl QuotaStream {
         if !part.is_empty() {
             replies.send(Ok(part)).await?;
         }
-        Ok(())
+        Ok(extra_calls)
     }
 
     /// The stream's domain: the first report's; a later report may repeat it or leave it
@@ -172,7 +179,7 @@ impl QuotaStream {
         domain: &str,
         (bucket, held): (Bucket, bool),
         usage: &BucketQuotaUsage,
-    ) -> Result<BucketAction, tonic::Status> {
+    ) -> Result<(BucketAction, u32), tonic::Status> {
         let allowed = usage.num_requests_allowed;
         let key = bucket.key;
         let recorded = match record(engine, domain, &bucket.entries, allowed).await {
@@ -182,6 +189,7 @@ impl QuotaStream {
                 counted: 0,
                 uncounted: 0,
                 room: None,
+                calls: 1,
             },
             Err(e) => return Err(RequestError::from(e).into()),
         };
@@ -220,7 +228,8 @@ impl QuotaStream {
             strategy_name(assignment)
         };
         metrics::counter!("sluice_rlqs_assignments_total", "strategy" => strategy).increment(1);
-        Ok(action(usage.bucket_id.clone(), assignment, abandon))
+        let action = action(usage.bucket_id.clone(), assignment, abandon);
+        Ok((action, recorded.calls))
     }
 
     /// This stream's share of the bucket's demand on this instance.

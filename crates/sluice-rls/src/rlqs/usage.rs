@@ -3,18 +3,22 @@
 //! Envoy has already admitted the requests it reports, so they are counted as requests of
 //! their descriptor, through the same `Engine::check` every door uses: local, synced and
 //! exact rules count them where they count RLS and `/v1/acquire` requests, and every door
-//! shares one limit. A report larger than the room is counted in halving parts until what is
-//! left does not fit; the rest (an overshoot the assignment was sized to prevent) is not
-//! counted and shows in `sluice_rlqs_uncounted_total`.
+//! shares one limit. A report is counted up to the room a look finds first, in one call;
+//! should that call be refused (the room shrank meanwhile, or a synced rule's budget is
+//! smaller than its count), in at most two halving parts more. The rest (an overshoot the
+//! assignment was sized to prevent) is not counted and shows in
+//! `sluice_rlqs_usage_total{result="uncounted"}`. So a usage costs at most five engine calls
+//! whatever its `num_requests_allowed`, and the calls beyond the usual three (look, count,
+//! look) are counted against the stream's pace ([`Recorded::calls`]).
 
 use sluice_core::MAX_COST;
 use sluice_engine::{Engine, EngineError, Outcome, Verdict};
 
 use super::sizing::{REPORT_EVERY, Room, allowance};
 
-/// Most engine calls one bucket's report may take (halving a cost of `MAX_COST` to 1 and
-/// back takes fewer).
-const MAX_CALLS: u32 = 64;
+/// Most engine calls that count one bucket's report (the look before them and after them
+/// aside).
+const MAX_COUNTING_CALLS: u32 = 3;
 
 /// What a report did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +29,8 @@ pub struct Recorded {
     pub uncounted: u64,
     /// The most limiting rule's room now (`None`: no rule limits the bucket).
     pub room: Option<Room>,
+    /// Engine calls it took.
+    pub calls: u32,
 }
 
 /// Counts `allowed` requests of the bucket's descriptor in `domain` and reads the room left.
@@ -35,24 +41,46 @@ pub async fn record(
     allowed: u64,
 ) -> Result<Recorded, EngineError> {
     let descriptor = [entries];
+    let mut calls = 1;
+    let mut look = engine.check(domain, &descriptor, 0).await?;
     let mut left = allowed;
-    let mut chunk = allowed.min(MAX_COST);
-    let mut calls = 0;
-    while left > 0 && chunk > 0 && calls < MAX_CALLS {
-        calls += 1;
-        if engine.check(domain, &descriptor, chunk).await?.allowed {
-            left -= chunk;
-            chunk = chunk.min(left);
-        } else {
-            chunk /= 2;
+    if allowed > 0 {
+        let fits = fits(&look).unwrap_or(allowed);
+        let mut chunk = allowed.min(fits).min(MAX_COST);
+        let mut counting = 0;
+        while left > 0 && chunk > 0 && counting < MAX_COUNTING_CALLS {
+            counting += 1;
+            if engine.check(domain, &descriptor, chunk).await?.allowed {
+                left -= chunk;
+                chunk = chunk.min(left);
+            } else {
+                chunk /= 2;
+            }
         }
+        calls += counting + 1;
+        look = engine.check(domain, &descriptor, 0).await?;
     }
-    let look = engine.check(domain, &descriptor, 0).await?;
     Ok(Recorded {
         counted: allowed - left,
         uncounted: left,
         room: room_of(&look),
+        calls,
     })
+}
+
+/// Requests every enforcing rule with a limit has room for (`None`: no such rule).
+fn fits(verdict: &Verdict<'_>) -> Option<u64> {
+    verdict
+        .statuses
+        .iter()
+        .filter(|s| {
+            s.limit.is_some() && !matches!(s.outcome, Outcome::ShadowDenied | Outcome::Unlimited)
+        })
+        .map(|s| match s.outcome {
+            Outcome::Denied | Outcome::CostExceedsLimit => 0,
+            _ => s.remaining,
+        })
+        .min()
 }
 
 /// The room of the rule that allows the least over the next report interval, or `None` when
