@@ -529,3 +529,38 @@ async fn a_huge_allowed_count_costs_a_few_engine_calls_and_pays_for_them() {
     // The room was counted in full.
     assert_eq!(rls_code(&s.engine, "alice").await, Code::OverLimit);
 }
+
+#[tokio::test]
+async fn a_rogue_stream_reporting_denials_does_not_take_a_victims_room() {
+    let s = server(RlqsLimits::default()).await;
+    let alice = bucket(&[("user", "alice")]);
+    let (victim, mut victim_inbox) = open(s.addr).await.unwrap();
+    victim
+        .send(report("d", vec![usage(alice.clone(), 10, 10)]))
+        .await
+        .unwrap();
+    next(&mut victim_inbox).await;
+    // Another stream reports a million denials of alice and admits nothing.
+    let (rogue, mut rogue_inbox) = open(s.addr).await.unwrap();
+    rogue
+        .send(report("d", vec![usage(alice.clone(), 0, 1_000_000)]))
+        .await
+        .unwrap();
+    next(&mut rogue_inbox).await;
+    // The victim keeps most of the room: its denials count up to what it admitted, the
+    // rogue's up to an even part of the rule's rate.
+    victim
+        .send(report("", vec![usage(alice.clone(), 10, 10)]))
+        .await
+        .unwrap();
+    let answer = actions(&next(&mut victim_inbox).await);
+    let Some(Strategy::TokenBucket(bucket)) = answer[&name(&alice)].0 else {
+        panic!("expected a token bucket, got {answer:?}");
+    };
+    // Alone the victim would get 80 left over 12 report intervals: 6.7 per interval.
+    let per_interval = f64::from(bucket.max_tokens)
+        + f64::from(bucket.tokens_per_fill.unwrap().value)
+            / bucket.fill_interval.unwrap().seconds as f64
+            * 5.0;
+    assert!(per_interval >= 4.0, "{bucket:?}");
+}

@@ -1,8 +1,15 @@
 //! Each Envoy's demand for each bucket, across the streams of this instance: the shares an
 //! assignment divides the room by.
 //!
-//! A stream's demand for a bucket is what it reported (allowed and denied: what its clients
-//! asked for, not what it was let through) per second since its previous report. Demands
+//! A stream's demand for a bucket is what it reported per second since its previous report:
+//! what it admitted, and what it denied (what its clients asked for beyond it) up to a bound.
+//! Denied requests cost an Envoy nothing to report, so without a bound a rogue Envoy that
+//! reports a million denials on a victim's bucket would take nearly all of its room. A
+//! stream's denials add at most as much as it admitted, and never less than an even part of
+//! the rule's rate (its limit per second over the streams reporting the bucket), so an Envoy
+//! held at `DENY_ALL` can still claim its part and come back: a rogue Envoy that admitted
+//! nothing claims no more than its even part, and one that admits requests pays for them
+//! out of the room (they are counted). Demands
 //! older than three report intervals are forgotten (an Envoy that stopped reporting a bucket
 //! no longer asks for it). The book holds at most `max_keys` buckets; a bucket beyond them is
 //! shared evenly among the open streams.
@@ -21,6 +28,27 @@ struct Demand {
     stream: u64,
     per_second: f64,
     at: Nanos,
+}
+
+/// What a stream reported for a bucket, per second, and its rule's rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Asked {
+    /// Requests admitted per second.
+    pub allowed: f64,
+    /// Requests denied per second.
+    pub denied: f64,
+    /// The rule's limit per second.
+    pub rule_rate: f64,
+}
+
+impl Asked {
+    /// The demand it stands for among `streams` streams reporting the bucket.
+    fn demand(self, streams: usize) -> f64 {
+        let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
+        let (allowed, denied) = (clean(self.allowed), clean(self.denied));
+        let even = clean(self.rule_rate) / streams.max(1) as f64;
+        allowed + denied.min(allowed.max(even))
+    }
 }
 
 /// The book of demands.
@@ -45,7 +73,7 @@ impl DemandBook {
         &self,
         (domain, key): (&str, &BucketKey),
         stream: u64,
-        per_second: f64,
+        asked: Asked,
         now: Nanos,
         open_streams: usize,
     ) -> f64 {
@@ -59,11 +87,7 @@ impl DemandBook {
             None => keys.entry((domain.to_owned(), key.clone())).or_default(),
         };
         demands.retain(|d| d.at >= forget_before && d.stream != stream);
-        let per_second = if per_second.is_finite() {
-            per_second.max(0.0)
-        } else {
-            0.0
-        };
+        let per_second = asked.demand(demands.len() + 1);
         demands.push(Demand {
             stream,
             per_second,
@@ -114,14 +138,23 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
+    /// Admitted `allowed` per second, nothing denied.
+    fn admitted(allowed: f64) -> Asked {
+        Asked {
+            allowed,
+            denied: 0.0,
+            rule_rate: 1.0,
+        }
+    }
+
     #[test]
     fn shares_follow_demand() {
         let book = DemandBook::new(10);
         let k = key("alice");
-        assert_eq!(book.share(("d", &k), 1, 90.0, S, 2), 1.0);
-        let small = book.share(("d", &k), 2, 10.0, S, 2);
+        assert_eq!(book.share(("d", &k), 1, admitted(90.0), S, 2), 1.0);
+        let small = book.share(("d", &k), 2, admitted(10.0), S, 2);
         assert!((small - 0.1).abs() < 1e-9, "{small}");
-        let big = book.share(("d", &k), 1, 90.0, 2 * S, 2);
+        let big = book.share(("d", &k), 1, admitted(90.0), 2 * S, 2);
         assert!((big - 0.9).abs() < 1e-9, "{big}");
     }
 
@@ -129,17 +162,48 @@ mod tests {
     fn old_demand_is_forgotten() {
         let book = DemandBook::new(10);
         let k = key("alice");
-        book.share(("d", &k), 1, 50.0, S, 2);
-        assert_eq!(book.share(("d", &k), 2, 50.0, 20 * S, 2), 1.0);
+        book.share(("d", &k), 1, admitted(50.0), S, 2);
+        assert_eq!(book.share(("d", &k), 2, admitted(50.0), 20 * S, 2), 1.0);
     }
 
     #[test]
     fn a_full_book_shares_evenly_and_ended_streams_leave_it() {
         let book = DemandBook::new(1);
-        book.share(("d", &key("a")), 1, 5.0, S, 4);
-        assert_eq!(book.share(("d", &key("b")), 1, 5.0, S, 4), 0.25);
+        book.share(("d", &key("a")), 1, admitted(5.0), S, 4);
+        assert_eq!(book.share(("d", &key("b")), 1, admitted(5.0), S, 4), 0.25);
         assert_eq!(book.len(), 1);
         book.forget("d", 1, [key("a")].into_iter());
         assert_eq!(book.len(), 0);
+    }
+
+    #[test]
+    fn denials_add_at_most_what_was_admitted_or_an_even_part_of_the_rate() {
+        // Admitted 4/s and denied 4/s: all of it counts.
+        let a = Asked {
+            allowed: 4.0,
+            denied: 4.0,
+            rule_rate: 2.0,
+        };
+        assert_eq!(a.demand(2), 8.0);
+        // A million denials with nothing admitted: an even part of the rule's rate.
+        let rogue = Asked {
+            allowed: 0.0,
+            denied: 1e6,
+            rule_rate: 2.0,
+        };
+        assert_eq!(rogue.demand(2), 1.0);
+        // Denials beyond what was admitted count up to it.
+        let held = Asked {
+            allowed: 3.0,
+            denied: 100.0,
+            rule_rate: 2.0,
+        };
+        assert_eq!(held.demand(2), 6.0);
+        let bad = Asked {
+            allowed: f64::NAN,
+            denied: f64::INFINITY,
+            rule_rate: -1.0,
+        };
+        assert_eq!(bad.demand(1), 0.0);
     }
 }

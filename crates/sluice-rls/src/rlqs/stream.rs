@@ -21,9 +21,10 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use sluice_engine::{Engine, EngineError};
 
 use super::bucket::{Bucket, BucketKey};
+use super::demand::Asked;
 use super::replies::{Replies, StreamEnd};
 use super::shared::Shared;
-use super::sizing::{Assignment, assign};
+use super::sizing::{Assignment, Room, assign};
 use super::usage::{Recorded, record};
 use super::wire::{WireReport, WireResponse};
 use crate::error::RequestError;
@@ -200,7 +201,7 @@ impl QuotaStream {
         let assignment = match recorded.room {
             None => Assignment::AllowAll,
             Some(room) => {
-                let share = self.share(shared, engine, domain, &key, usage);
+                let share = self.share(shared, engine, (domain, &key), usage, room);
                 // Other Sluice instances serve other Envoys from the same room: this instance
                 // hands out its even part of it.
                 let fleet = engine.fleet_size().max(1) as f64;
@@ -232,26 +233,36 @@ impl QuotaStream {
         Ok((action, recorded.calls))
     }
 
-    /// This stream's share of the bucket's demand on this instance.
+    /// This stream's share of the bucket's demand on this instance, under `room`.
     fn share(
         &self,
         shared: &Shared,
         engine: &Engine,
-        domain: &str,
-        key: &BucketKey,
+        (domain, key): (&str, &BucketKey),
         usage: &BucketQuotaUsage,
+        room: Room,
     ) -> f64 {
-        let asked = usage
-            .num_requests_allowed
-            .saturating_add(usage.num_requests_denied) as f64;
         // Envoy's first report of a bucket has no `time_elapsed`; its times are whole seconds.
-        let elapsed = usage.time_elapsed.map_or(0.0, |d| {
-            d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
-        });
+        let elapsed = usage
+            .time_elapsed
+            .map_or(0.0, |d| {
+                d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
+            })
+            .max(1.0);
+        let window = room.window.as_secs_f64();
+        let asked = Asked {
+            allowed: usage.num_requests_allowed as f64 / elapsed,
+            denied: usage.num_requests_denied as f64 / elapsed,
+            rule_rate: if window > 0.0 {
+                room.limit as f64 / window
+            } else {
+                0.0
+            },
+        };
         shared.demand.share(
             (domain, key),
             self.id,
-            asked / elapsed.max(1.0),
+            asked,
             engine.now(),
             shared.peers.total(),
         )
