@@ -464,6 +464,7 @@ fn status_of<'e>(
         retry_after: decision.retry_after(),
         policy: rule.policy,
         quota_mode: rule.quota && !rule.shadow,
+        shadow: rule.shadow,
         metadata: rule.metadata.as_deref(),
     }
 }

@@ -45,7 +45,11 @@ struct Server {
 }
 
 async fn server(limits: RlqsLimits) -> Server {
-    let engine = common::engine(RULES);
+    server_with(RULES, limits).await
+}
+
+async fn server_with(rules: &str, limits: RlqsLimits) -> Server {
+    let engine = common::engine(rules);
     let options = Arc::new(ArcSwap::from_pointee(RlsOptions::default()));
     let (stop, stop_rx) = watch::channel(false);
     let handler = RateLimitQuotaGrpc::new(engine.clone(), options, limits, stop_rx);
@@ -142,13 +146,17 @@ fn actions(response: &RateLimitQuotaResponse) -> HashMap<String, (Option<Strateg
 }
 
 async fn rls_code(engine: &SharedEngine, user: &str) -> Code {
+    rls_code_of(engine, "user", user).await
+}
+
+async fn rls_code_of(engine: &SharedEngine, key: &str, value: &str) -> Code {
     let rls = RateLimitGrpc::new(engine.clone(), RlsOptions::default());
     let request = RateLimitRequest {
         domain: "d".to_owned(),
         descriptors: vec![RateLimitDescriptor {
             entries: vec![Entry {
-                key: "user".to_owned(),
-                value: user.to_owned(),
+                key: key.to_owned(),
+                value: value.to_owned(),
             }],
             ..Default::default()
         }],
@@ -563,4 +571,46 @@ async fn a_rogue_stream_reporting_denials_does_not_take_a_victims_room() {
             / bucket.fill_interval.unwrap().seconds as f64
             * 5.0;
     assert!(per_interval >= 4.0, "{bucket:?}");
+}
+
+#[tokio::test]
+async fn shadow_and_quota_mode_rules_are_enforced_as_rls_enforces_them() {
+    let rules = "domain: d
+descriptors:
+  - key: dry
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+  - key: tenant
+    quota_mode: true
+    limits:
+      - { unit: minute, requests_per_unit: 2 }
+      - { unit: hour, requests_per_unit: 1000 }
+";
+    let s = server_with(rules, RlqsLimits::default()).await;
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    let dry = bucket(&[("dry", "x")]);
+    let tenant = bucket(&[("tenant", "t")]);
+    // A shadow rule denies nothing over RLS, under its limit or over it: allow all.
+    for allowed in [1, 50] {
+        tx.send(report(
+            "d",
+            vec![usage(dry.clone(), allowed, 0), usage(tenant.clone(), 5, 0)],
+        ))
+        .await
+        .unwrap();
+        let answer = actions(&next(&mut inbox).await);
+        assert_eq!(
+            answer[&name(&dry)].0,
+            Some(Strategy::BlanketRule(BlanketRule::AllowAll as i32)),
+            "{answer:?}"
+        );
+        assert_eq!(rls_code_of(&s.engine, "dry", "x").await, Code::Ok);
+        // Quota mode: over the minute's soft limit, the hour's still has room, and RLS lets
+        // the tenant through: so does the assignment.
+        assert_eq!(rls_code_of(&s.engine, "tenant", "t").await, Code::Ok);
+        assert!(
+            matches!(answer[&name(&tenant)].0, Some(Strategy::TokenBucket(_))),
+            "{answer:?}"
+        );
+    }
 }

@@ -12,7 +12,7 @@
 //! look) are counted against the stream's pace ([`Recorded::calls`]).
 
 use sluice_core::MAX_COST;
-use sluice_engine::{Engine, EngineError, Outcome, Verdict};
+use sluice_engine::{Engine, EngineError, Outcome, RuleStatus, Verdict};
 
 use super::sizing::{REPORT_EVERY, Room, allowance};
 
@@ -68,40 +68,63 @@ pub async fn record(
     })
 }
 
-/// Requests every enforcing rule with a limit has room for (`None`: no such rule).
+/// Requests the bucket has room for, as RLS decides a request of its descriptor: every
+/// enforcing rule's room, and of the `quota_mode` rules (soft limits: a request goes on while
+/// one of them has room) the largest; shadow rules enforce nothing. `None`: no rule limits.
 fn fits(verdict: &Verdict<'_>) -> Option<u64> {
-    verdict
-        .statuses
-        .iter()
-        .filter(|s| {
-            s.limit.is_some() && !matches!(s.outcome, Outcome::ShadowDenied | Outcome::Unlimited)
-        })
-        .map(|s| match s.outcome {
-            Outcome::Denied | Outcome::CostExceedsLimit => 0,
-            _ => s.remaining,
-        })
-        .min()
+    let (hard, soft) = limiting(verdict);
+    let soft = soft.map(|s| s.map(|r| r.remaining).max().unwrap_or(0));
+    hard.map(|r| r.remaining).chain(soft).min()
 }
 
-/// The room of the rule that allows the least over the next report interval, or `None` when
-/// no enforcing rule with a limit matched.
+/// The room of the rule that allows the least over the next report interval, read as
+/// [`fits`] reads the rules (of the quota-mode ones, the one that allows the most), or `None`
+/// when no enforcing rule with a limit matched.
 pub fn room_of(verdict: &Verdict<'_>) -> Option<Room> {
-    verdict
+    let by_allowance =
+        |a: &Room, b: &Room| allowance(*a, REPORT_EVERY).total_cmp(&allowance(*b, REPORT_EVERY));
+    let (hard, soft) = limiting(verdict);
+    let soft = soft.and_then(|s| s.max_by(by_allowance));
+    hard.chain(soft).min_by(by_allowance)
+}
+
+/// The rooms of the rules a bucket's requests must fit: the enforcing ones, and the
+/// `quota_mode` ones apart (`None` when there are none).
+fn limiting<'v>(
+    verdict: &'v Verdict<'_>,
+) -> (
+    impl Iterator<Item = Room> + 'v,
+    Option<impl Iterator<Item = Room> + 'v>,
+) {
+    let rooms = move |quota: bool| {
+        verdict
+            .statuses
+            .iter()
+            .filter(move |s| !s.shadow && s.quota_mode == quota)
+            .filter(|s| !matches!(s.outcome, Outcome::ShadowDenied | Outcome::Unlimited))
+            .filter_map(room)
+    };
+    let any_soft = verdict
         .statuses
         .iter()
-        .filter(|s| !matches!(s.outcome, Outcome::ShadowDenied | Outcome::Unlimited))
-        .filter_map(|s| {
-            let (limit, window) = s.limit?;
-            let denied = matches!(s.outcome, Outcome::Denied | Outcome::CostExceedsLimit);
-            Some(Room {
-                remaining: if denied { 0 } else { s.remaining },
-                reset_after: match s.retry_after {
-                    Some(retry) if denied => retry,
-                    _ => s.reset_after,
-                },
-                limit,
-                window,
-            })
-        })
-        .min_by(|a, b| allowance(*a, REPORT_EVERY).total_cmp(&allowance(*b, REPORT_EVERY)))
+        .any(|s| !s.shadow && s.quota_mode && s.limit.is_some());
+    (rooms(false), any_soft.then(|| rooms(true)))
+}
+
+/// One rule's room (`None` without a limit).
+fn room(s: &RuleStatus<'_>) -> Option<Room> {
+    let (limit, window) = s.limit?;
+    let over = matches!(
+        s.outcome,
+        Outcome::Denied | Outcome::CostExceedsLimit | Outcome::QuotaExceeded
+    );
+    Some(Room {
+        remaining: if over { 0 } else { s.remaining },
+        reset_after: match s.retry_after {
+            Some(retry) if over => retry,
+            _ => s.reset_after,
+        },
+        limit,
+        window,
+    })
 }
