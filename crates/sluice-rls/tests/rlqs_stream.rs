@@ -392,10 +392,13 @@ async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
     .unwrap();
     let reloaded = s.engine.load().reload(&rules, &Default::default());
     s.engine.store(Arc::new(reloaded));
+    assert_eq!(s.handler.tracked_buckets(), 1);
     tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
         .await
         .unwrap();
     assert_eq!(actions(&next(&mut inbox).await)[&name(&alice)], (None, 0));
+    // Its demand left the book with it.
+    assert_eq!(s.handler.tracked_buckets(), 0);
     tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
         .await
         .unwrap();

@@ -47,7 +47,20 @@ impl Default for RlqsLimits {
     }
 }
 
-/// Open streams per peer address.
+/// A peer as the per-peer cap counts it: an IPv4 address (IPv4-mapped IPv6 ones too), or the
+/// /64 of an IPv6 address (one host commonly holds a whole /64, so its exact addresses are
+/// free to spend).
+fn peer_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
+    }
+}
+
+/// Open streams per peer (an IPv4 address or an IPv6 /64).
 #[derive(Debug, Default)]
 pub struct PeerStreams {
     open: Mutex<HashMap<Option<IpAddr>, usize>>,
@@ -89,6 +102,7 @@ impl PeerStreams {
         peer: Option<IpAddr>,
         limits: &RlqsLimits,
     ) -> Result<StreamSlot, Full> {
+        let peer = peer.map(peer_of);
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let total: usize = open.values().sum();
         if total >= limits.max_streams {
@@ -187,6 +201,25 @@ mod tests {
         assert!(peers.enter(Some([10, 0, 0, 2].into()), &limits).is_ok());
         drop(a);
         assert!(peers.enter(ip, &limits).is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_peer_is_its_64_and_a_mapped_ipv4_peer_its_ipv4_address() {
+        let peers = Arc::new(PeerStreams::default());
+        let limits = RlqsLimits {
+            max_streams_per_peer: 2,
+            ..RlqsLimits::default()
+        };
+        let v6 = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        let _a = peers.enter(v6("2001:db8:1:2::1"), &limits).unwrap();
+        let _b = peers.enter(v6("2001:db8:1:2:ffff::9"), &limits).unwrap();
+        let third = peers.enter(v6("2001:db8:1:2:abcd:1:2:3"), &limits);
+        assert_eq!(third.err(), Some(Full::Peer(2)));
+        assert!(peers.enter(v6("2001:db8:1:3::1"), &limits).is_ok());
+        let _c = peers.enter(v6("::ffff:10.0.0.7"), &limits).unwrap();
+        let _d = peers.enter(Some([10, 0, 0, 7].into()), &limits).unwrap();
+        let fifth = peers.enter(v6("::ffff:10.0.0.7"), &limits);
+        assert_eq!(fifth.err(), Some(Full::Peer(2)));
     }
 
     #[test]

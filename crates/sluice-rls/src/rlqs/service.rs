@@ -49,6 +49,11 @@ impl RateLimitQuotaGrpc {
         self.shared.peers.total()
     }
 
+    /// Buckets the demand book holds now.
+    pub fn tracked_buckets(&self) -> usize {
+        self.shared.demand.len()
+    }
+
     /// The largest report its streams take, in bytes.
     pub fn max_message_bytes(&self) -> usize {
         self.shared.limits.max_message_bytes

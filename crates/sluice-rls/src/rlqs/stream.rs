@@ -201,7 +201,7 @@ impl QuotaStream {
         let assignment = match recorded.room {
             None => Assignment::AllowAll,
             Some(room) => {
-                let share = self.share(shared, engine, (domain, &key), usage, room);
+                let share = self.share(shared, engine, (domain, &key, held), usage, room);
                 // Other Sluice instances serve other Envoys from the same room: this instance
                 // hands out its even part of it.
                 let fleet = engine.fleet_size().max(1) as f64;
@@ -223,6 +223,12 @@ impl QuotaStream {
         if abandon {
             self.buckets.remove(&key);
         }
+        if recorded.room.is_none() {
+            // No longer limited (or abandoned): no demand to share.
+            shared
+                .demand
+                .forget(domain, self.id, std::iter::once(key.clone()));
+        }
         let strategy = if abandon {
             "abandon"
         } else {
@@ -238,7 +244,7 @@ impl QuotaStream {
         &self,
         shared: &Shared,
         engine: &Engine,
-        (domain, key): (&str, &BucketKey),
+        (domain, key, held): (&str, &BucketKey, bool),
         usage: &BucketQuotaUsage,
         room: Room,
     ) -> f64 {
@@ -261,7 +267,7 @@ impl QuotaStream {
         };
         shared.demand.share(
             (domain, key),
-            self.id,
+            (self.id, held),
             asked,
             engine.now(),
             shared.peers.total(),
