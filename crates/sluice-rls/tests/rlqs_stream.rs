@@ -617,3 +617,43 @@ descriptors:
         );
     }
 }
+
+#[tokio::test]
+async fn the_stop_signal_ends_a_stream_whose_peer_reads_nothing_at_once() {
+    // A peer that reads nothing holds its stream for `send_timeout` (30 s here), longer than a
+    // shutdown waits; the stop signal must end it at once, and nothing is counted after it.
+    let s = server(RlqsLimits::default()).await;
+    let (tx, _never_read) = open(s.addr).await.unwrap();
+    let entries: Vec<(String, String)> = (0..32)
+        .map(|i| (format!("k{i:02}"), "x".repeat(1000)))
+        .collect();
+    let entries: Vec<(&str, &str)> = entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let id = bucket(&entries);
+    for _ in 0..200 {
+        let sent = tx.send(report("d", vec![usage(id.clone(), 0, 0)]));
+        if tokio::time::timeout(Duration::from_millis(200), sent)
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(s.handler.open_streams(), 1);
+    s.stop.send(true).unwrap();
+    let ended = async {
+        while s.handler.open_streams() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), ended)
+        .await
+        .expect("the stream ended within 3 s of the stop");
+    // A report sent after the stop is not counted.
+    let _ = tx.try_send(report("", vec![usage(bucket(&[("user", "late")]), 100, 0)]));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(rls_code(&s.engine, "late").await, Code::Ok);
+}

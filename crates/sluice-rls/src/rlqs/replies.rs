@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::wire::WireResponse;
 
@@ -32,17 +32,35 @@ impl From<tonic::Status> for StreamEnd {
 pub struct Replies {
     tx: mpsc::Sender<Reply>,
     send_timeout: Duration,
+    stop: watch::Receiver<bool>,
 }
 
 impl Replies {
-    /// Answers into `tx`, each waiting at most `send_timeout` for room.
-    pub fn new(tx: mpsc::Sender<Reply>, send_timeout: Duration) -> Self {
-        Self { tx, send_timeout }
+    /// Answers into `tx`, each waiting at most `send_timeout` for room, and none once `stop`
+    /// turns true.
+    pub fn new(
+        tx: mpsc::Sender<Reply>,
+        send_timeout: Duration,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            tx,
+            send_timeout,
+            stop,
+        }
     }
 
-    /// Sends one item; `Gone` when the peer is gone or has read nothing for `send_timeout`.
+    /// Sends one item; `Gone` when the peer is gone or has read nothing for `send_timeout`,
+    /// or the server stops meanwhile (a peer that reads nothing must not hold a stream past
+    /// the stop, when the last flush is near).
     pub async fn send(&self, item: Reply) -> Result<(), StreamEnd> {
-        match tokio::time::timeout(self.send_timeout, self.tx.send(item)).await {
+        let mut stop = self.stop.clone();
+        let sent = tokio::select! {
+            biased;
+            Ok(_) = stop.wait_for(|s| *s) => return Err(StreamEnd::Gone),
+            sent = tokio::time::timeout(self.send_timeout, self.tx.send(item)) => sent,
+        };
+        match sent {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(StreamEnd::Gone),
             Err(_) => {

@@ -75,7 +75,7 @@ impl RateLimitQuotaGrpc {
             tonic::Status::resource_exhausted(full.to_string())
         })?;
         let (tx, rx) = mpsc::channel(RESPONSES_WAITING);
-        let replies = Replies::new(tx, shared.limits.send_timeout);
+        let replies = Replies::new(tx, shared.limits.send_timeout, shared.stop.clone());
         tokio::spawn(run(shared.clone(), request.into_inner(), replies, slot));
         Ok(tonic::Response::new(ResponseStream(rx)))
     }

@@ -83,6 +83,10 @@ impl QuotaStream {
         let mut part = WireResponse::default();
         let mut extra_calls = 0;
         for (i, usage) in report.usages().enumerate() {
+            // Stopping: nothing more is counted (the last flush is near).
+            if *shared.stop.borrow() {
+                return Err(StreamEnd::Gone);
+            }
             let usage = usage.map_err(|e| {
                 tonic::Status::invalid_argument(format!("bucket_quota_usages[{i}]: {e}"))
             })?;
