@@ -558,8 +558,8 @@ async fn a_rogue_stream_reporting_denials_does_not_take_a_victims_room() {
         .await
         .unwrap();
     next(&mut rogue_inbox).await;
-    // The victim keeps most of the room: its denials count up to what it admitted, the
-    // rogue's up to an even part of the rule's rate.
+    // The victim keeps most of the room: its denials count up to what it admitted and an
+    // even part of the rule's rate, the rogue's (it admitted nothing) up to that even part.
     victim
         .send(report("", vec![usage(alice.clone(), 10, 10)]))
         .await
@@ -656,4 +656,70 @@ async fn the_stop_signal_ends_a_stream_whose_peer_reads_nothing_at_once() {
     let _ = tx.try_send(report("", vec![usage(bucket(&[("user", "late")]), 100, 0)]));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(rls_code(&s.engine, "late").await, Code::Ok);
+}
+
+/// A token bucket's most admissions over one 5 s report interval.
+fn per_interval(strategy: Option<Strategy>) -> f64 {
+    let Some(Strategy::TokenBucket(b)) = strategy else {
+        panic!("expected a token bucket, got {strategy:?}");
+    };
+    f64::from(b.max_tokens)
+        + f64::from(b.tokens_per_fill.unwrap().value) / b.fill_interval.unwrap().seconds as f64
+            * 5.0
+}
+
+#[tokio::test]
+async fn instances_with_exact_rules_only_divide_the_room_among_them() {
+    // Two instances on one store, an exact rule alone: each must hand out its part of the
+    // room, so each announces itself (the fleet was announced only for synced rules).
+    let rules = sluice_config::RuleSet::new(vec![
+        sluice_config::parse_domain(
+            std::path::Path::new("rules.yaml"),
+            "domain: d\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 1200, mode: exact }\n",
+        )
+        .unwrap(),
+    ])
+    .unwrap();
+    let clock: Arc<dyn sluice_core::Clock> =
+        Arc::new(sluice_core::ManualClock::new(60_000_000_000_000));
+    let store = Arc::new(sluice_store::MemoryStore::new(clock.clone()));
+    let instance = |node: &str| {
+        let options = sluice_engine::EngineOptions {
+            node_id: Some(node.to_owned()),
+            shared_store: true,
+            ..Default::default()
+        };
+        sluice_engine::Engine::new(
+            &rules,
+            &Default::default(),
+            store.clone(),
+            clock.clone(),
+            options,
+        )
+    };
+    let (a, b) = (instance("a"), instance("b"));
+    a.announce().await;
+    b.announce().await;
+    a.announce().await;
+    assert_eq!((a.fleet_size(), b.fleet_size()), (2, 2));
+    let engine: SharedEngine = Arc::new(ArcSwap::from_pointee(a));
+    let options = Arc::new(ArcSwap::from_pointee(RlsOptions::default()));
+    let (_stop, stop_rx) = watch::channel(false);
+    let handler = RateLimitQuotaGrpc::new(engine, options, RlqsLimits::default(), stop_rx);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RlqsServer::new(handler))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let (tx, mut inbox) = open(addr).await.unwrap();
+    let alice = bucket(&[("user", "alice")]);
+    tx.send(report("d", vec![usage(alice.clone(), 0, 1)]))
+        .await
+        .unwrap();
+    let answer = actions(&next(&mut inbox).await);
+    // 1,200 a minute over 12 report intervals is 100 an interval; this instance's half, 50.
+    let most = per_interval(answer[&name(&alice)].0);
+    assert!((40.0..=50.0).contains(&most), "{most}");
 }

@@ -5,11 +5,13 @@
 //! what it admitted, and what it denied (what its clients asked for beyond it) up to a bound.
 //! Denied requests cost an Envoy nothing to report, so without a bound a rogue Envoy that
 //! reports a million denials on a victim's bucket would take nearly all of its room. A
-//! stream's denials add at most as much as it admitted, and never less than an even part of
-//! the rule's rate (its limit per second over the streams reporting the bucket), so an Envoy
-//! held at `DENY_ALL` can still claim its part and come back: a rogue Envoy that admitted
-//! nothing claims no more than its even part, and one that admits requests pays for them
-//! out of the room (they are counted). Demands
+//! stream's denials add at most what it admitted plus an even part of the rule's rate (its
+//! limit per second over the streams reporting the bucket). An Envoy held at `DENY_ALL` can
+//! still claim its even part and come back; Envoys over the limit together keep their whole
+//! demand while their denials stay within that (two Envoys at 3x a limit each deny twice
+//! what they admit: admitted plus half the rate covers it), so their shares stay as steady as
+//! their clients; and rogue Envoys that admit nothing claim less than the rule's rate all
+//! together, while what an Envoy admits is paid for out of the room (it is counted). Demands
 //! older than three report intervals are forgotten (an Envoy that stopped reporting a bucket
 //! no longer asks for it): when the bucket is reported again, and in a sweep of the whole book
 //! at most once per three report intervals. A stream's demands leave the book when it ends,
@@ -51,7 +53,7 @@ impl Asked {
         let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };
         let (allowed, denied) = (clean(self.allowed), clean(self.denied));
         let even = clean(self.rule_rate) / streams.max(1) as f64;
-        allowed + denied.min(allowed.max(even))
+        allowed + denied.min(allowed + even)
     }
 }
 
@@ -219,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn denials_add_at_most_what_was_admitted_or_an_even_part_of_the_rate() {
+    fn denials_add_at_most_what_was_admitted_and_an_even_part_of_the_rate() {
         // Admitted 4/s and denied 4/s: all of it counts.
         let a = Asked {
             allowed: 4.0,
@@ -234,13 +236,13 @@ mod tests {
             rule_rate: 2.0,
         };
         assert_eq!(rogue.demand(2), 1.0);
-        // Denials beyond what was admitted count up to it.
+        // Denials count up to what was admitted and an even part of the rate.
         let held = Asked {
             allowed: 3.0,
             denied: 100.0,
             rule_rate: 2.0,
         };
-        assert_eq!(held.demand(2), 6.0);
+        assert_eq!(held.demand(2), 7.0);
         let bad = Asked {
             allowed: f64::NAN,
             denied: f64::INFINITY,
