@@ -164,6 +164,8 @@ pub(crate) struct RawRls {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRlqs {
+    pub max_streams: Option<Spanned<i64>>,
+    pub max_report_bytes: Option<Spanned<i64>>,
     pub max_streams_per_peer: Option<Spanned<i64>>,
     pub max_buckets_per_stream: Option<Spanned<i64>>,
     pub usages_per_second: Option<Spanned<i64>>,

@@ -396,7 +396,7 @@ impl Engine {
     /// the count is steady, then every 30 s. An instance counts as live for 90 s after its last
     /// announcement.
     pub async fn announce(&self) {
-        if self.table.has_synced() {
+        if self.table.announces() {
             self.link.announce().await;
         }
     }
@@ -464,6 +464,7 @@ fn status_of<'e>(
         retry_after: decision.retry_after(),
         policy: rule.policy,
         quota_mode: rule.quota && !rule.shadow,
+        shadow: rule.shadow,
         metadata: rule.metadata.as_deref(),
     }
 }

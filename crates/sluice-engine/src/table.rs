@@ -103,6 +103,13 @@ impl RuleTable {
         self.min_span_ns > 0
     }
 
+    /// Whether the instance announces itself to the store (its fleet's size matters): a
+    /// synced rule shares its limit among the fleet, and an exact rule's room is the fleet's,
+    /// which RLQS assignments divide among the instances.
+    pub(crate) fn announces(&self) -> bool {
+        self.has_synced() || self.has_exact
+    }
+
     /// Whether a rule asks the store for decisions with the fleet and store as `store` says:
     /// an exact rule, or a synced one whose limit is too small to share.
     pub(crate) fn decides_at_store(&self, store: crate::health::StoreView) -> bool {

@@ -90,6 +90,8 @@ pub struct RuleStatus<'e> {
     pub policy: &'static str,
     /// The rule is in `quota_mode`.
     pub quota_mode: bool,
+    /// The rule is in `shadow_mode`: counted and reported, never enforced.
+    pub shadow: bool,
     /// The matched descriptor's `metadata` from the rule file.
     pub metadata: Option<&'e serde_json::Value>,
 }

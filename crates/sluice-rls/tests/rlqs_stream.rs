@@ -3,160 +3,10 @@
 //! the end of streams at shutdown.
 
 mod common;
+#[path = "common/rlqs.rs"]
+mod rlqs;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
-use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use sluice_rls::rlqs::{RateLimitQuotaGrpc, RlqsLimits};
-use sluice_rls::{RateLimitGrpc, RlsOptions, SharedEngine};
-use tokio::sync::{mpsc, watch};
-use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
-
-const RULES: &str = "domain: d
-descriptors:
-  - key: user
-    rate_limit: { unit: minute, requests_per_unit: 100 }
-";
-
-type Outbox = mpsc::Sender<RateLimitQuotaUsageReports>;
-type Inbox = tonic::Streaming<RateLimitQuotaResponse>;
-
-struct Server {
-    addr: SocketAddr,
-    engine: SharedEngine,
-    stop: watch::Sender<bool>,
-    handler: RateLimitQuotaGrpc,
-}
-
-async fn server(limits: RlqsLimits) -> Server {
-    let engine = common::engine(RULES);
-    let options = Arc::new(ArcSwap::from_pointee(RlsOptions::default()));
-    let (stop, stop_rx) = watch::channel(false);
-    let handler = RateLimitQuotaGrpc::new(engine.clone(), options, limits, stop_rx);
-    let service = envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer::new(handler.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
-    Server {
-        addr,
-        engine,
-        stop,
-        handler,
-    }
-}
-
-async fn open(addr: SocketAddr) -> Result<(Outbox, Inbox), tonic::Status> {
-    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    let (tx, rx) = mpsc::channel(4096);
-    let inbox = client
-        .stream_rate_limit_quotas(ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    Ok((tx, inbox))
-}
-
-fn bucket(entries: &[(&str, &str)]) -> BucketId {
-    BucketId {
-        bucket: entries
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    }
-}
-
-fn usage(id: BucketId, allowed: u64, denied: u64) -> BucketQuotaUsage {
-    BucketQuotaUsage {
-        bucket_id: Some(id),
-        time_elapsed: Some(PbDuration {
-            seconds: 5,
-            nanos: 0,
-        }),
-        num_requests_allowed: allowed,
-        num_requests_denied: denied,
-    }
-}
-
-fn report(domain: &str, usages: Vec<BucketQuotaUsage>) -> RateLimitQuotaUsageReports {
-    RateLimitQuotaUsageReports {
-        domain: domain.to_owned(),
-        bucket_quota_usages: usages,
-    }
-}
-
-async fn next(inbox: &mut Inbox) -> RateLimitQuotaResponse {
-    tokio::time::timeout(Duration::from_secs(10), inbox.message())
-        .await
-        .expect("an answer within 10 s")
-        .expect("a message")
-        .expect("the stream open")
-}
-
-/// A bucket id as one string, `k=v` sorted (`BucketId` holds a map: no `Hash`).
-fn name(id: &BucketId) -> String {
-    let mut entries: Vec<String> = id.bucket.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    entries.sort();
-    entries.join(",")
-}
-
-/// Each answered bucket's strategy (`None`: abandoned) and TTL in seconds, by [`name`].
-fn actions(response: &RateLimitQuotaResponse) -> HashMap<String, (Option<Strategy>, i64)> {
-    response
-        .bucket_action
-        .iter()
-        .map(|a| {
-            let id = name(a.bucket_id.as_ref().unwrap());
-            match a.bucket_action.unwrap() {
-                Action::QuotaAssignmentAction(q) => (
-                    id,
-                    (
-                        q.rate_limit_strategy.unwrap().strategy,
-                        q.assignment_time_to_live.unwrap().seconds,
-                    ),
-                ),
-                Action::AbandonAction(_) => (id, (None, 0)),
-            }
-        })
-        .collect()
-}
-
-async fn rls_code(engine: &SharedEngine, user: &str) -> Code {
-    let rls = RateLimitGrpc::new(engine.clone(), RlsOptions::default());
-    let request = RateLimitRequest {
-        domain: "d".to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".to_owned(),
-                value: user.to_owned(),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    };
-    let response = rls.should_rate_limit(tonic::Request::new(request)).await;
-    Code::try_from(response.unwrap().into_inner().overall_code).unwrap()
-}
+use rlqs::*;
 
 #[tokio::test]
 async fn reports_share_the_limit_with_rls_and_get_assignments() {
@@ -384,10 +234,13 @@ async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
     .unwrap();
     let reloaded = s.engine.load().reload(&rules, &Default::default());
     s.engine.store(Arc::new(reloaded));
+    assert_eq!(s.handler.tracked_buckets(), 1);
     tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
         .await
         .unwrap();
     assert_eq!(actions(&next(&mut inbox).await)[&name(&alice)], (None, 0));
+    // Its demand left the book with it.
+    assert_eq!(s.handler.tracked_buckets(), 0);
     tx.send(report("", vec![usage(alice.clone(), 1, 0)]))
         .await
         .unwrap();

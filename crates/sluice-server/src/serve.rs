@@ -327,6 +327,8 @@ struct FrontDoors {
 /// `rlqs:` as the RLQS service's bounds (the others at their defaults).
 fn rlqs_limits(settings: &sluice_config::RlqsSettings) -> sluice_rls::rlqs::RlqsLimits {
     sluice_rls::rlqs::RlqsLimits {
+        max_streams: settings.max_streams,
+        max_message_bytes: settings.max_report_bytes,
         max_streams_per_peer: settings.max_streams_per_peer,
         max_buckets_per_stream: settings.max_buckets_per_stream,
         usages_per_second: settings.usages_per_second,

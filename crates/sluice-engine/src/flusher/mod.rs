@@ -162,7 +162,7 @@ impl Flusher {
         }
         // After the counts: a slow store delays what the instance learns of the fleet, not
         // the counts' delivery.
-        link.announce_if_due(table.has_synced()).await;
+        link.announce_if_due(table.announces()).await;
         report
     }
 

@@ -21,8 +21,8 @@ impl StoreLink {
 
     /// Announces this instance to the store when due (see [`ANNOUNCE_EVERY_NS`]): the store
     /// answers with the instances live, and its clock.
-    /// Nothing is announced for an engine with no synced rule (`has_synced` false).
-    pub(crate) async fn announce_if_due(&self, has_synced: bool) {
+    /// Nothing is announced for an engine with no synced or exact rule (`announces` false).
+    pub(crate) async fn announce_if_due(&self, announces: bool) {
         let raw_now = self.clock.now();
         let last = self.last_announce.load(Ordering::Relaxed);
         let every = if self.fleet_steady.load(Ordering::Relaxed) {
@@ -30,7 +30,7 @@ impl StoreLink {
         } else {
             PROBE_EVERY_NS
         };
-        if !has_synced || (last > 0 && raw_now.saturating_sub(last) < every) {
+        if !announces || (last > 0 && raw_now.saturating_sub(last) < every) {
             return;
         }
         self.announce().await;

@@ -295,7 +295,7 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_rlqs_refused_total",
         Counter,
-        "What the RLQS door turned away (label reason: streams_per_peer, a stream beyond a peer's; buckets_per_stream, a bucket usage beyond a stream's buckets; send_timeout, a stream ended because its peer read no answer).",
+        "What the RLQS door turned away (label reason: streams, a stream beyond all peers' `rlqs.max_streams`; streams_per_peer, a stream beyond a peer's; bucket_id, a bucket id refused (too many entries, a key too long, empty); buckets_per_stream, a bucket usage beyond a stream's buckets; send_timeout, a stream ended because its peer read no answer).",
         LATER,
     ),
     family(

@@ -2,30 +2,38 @@
 //! `rate_limit_quota` filter enforces assignments locally and reports usage on one stream,
 //! with no call per request (docs/RLQS.md).
 //!
-//! - `bucket.rs`: a bucket id as a descriptor (entries sorted by key);
+//! - `bucket.rs`: a bucket id as a descriptor (entries sorted by key) and a bounded key;
 //! - `usage.rs`: reports counted by the engine, and the room left;
 //! - `demand.rs`: each stream's demand per bucket, the shares;
 //! - `sizing.rs`: the assignment (token bucket, blanket rule) from the room and the share;
 //! - `stream.rs`: one stream's state and answers;
 //! - `limits.rs`: the door's bounds;
 //! - `shared.rs`: what every stream of the service shares;
-//! - `service.rs`: the gRPC service.
+//! - `wire.rs`: reports kept as wire bytes, answers written as wire bytes;
+//! - `replies.rs`: a stream's queue of answers;
+//! - `service.rs`: the streams' handler, a task per stream;
+//! - `server.rs`: the gRPC service over the handler.
 
 mod bucket;
 mod demand;
 mod limits;
+mod replies;
+mod server;
 mod service;
 mod shared;
 mod sizing;
 mod stream;
 mod usage;
+mod wire;
 
-pub use bucket::BucketKey;
+pub use bucket::{Bucket, BucketKey, Refused};
 pub use limits::RlqsLimits;
-pub use service::{RateLimitQuotaGrpc, ResponseStream, rlqs_service};
+pub use server::{RlqsServer, rlqs_service};
+pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{
     ASSIGNMENT_TTL, Assignment, REPORT_EVERY, Room, UNLIMITED_TTL, allowance, assign,
 };
+pub use wire::{RESPONSE_PART_BYTES, WireReport, WireResponse};
 
 /// The path prefix of the service's calls (`sluice serve` lets these streams past the
 /// admission that reads unary bodies whole).

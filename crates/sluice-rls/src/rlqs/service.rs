@@ -6,22 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
-    RateLimitQuotaService, RateLimitQuotaServiceServer,
-};
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
 use tokio::sync::{mpsc, watch};
 
 use super::demand::DemandBook;
 use super::limits::{PeerStreams, ReportPace, RlqsLimits, StreamSlot};
+use super::replies::{RESPONSES_WAITING, Replies, Reply, StreamEnd};
 use super::shared::Shared;
 use super::stream::{QuotaStream, paced};
+use super::wire::WireReport;
 use crate::{SharedEngine, SharedOptions};
-
-/// Responses a stream may have waiting for its peer to read them.
-const RESPONSES_WAITING: usize = 2;
 
 /// `StreamRateLimitQuotas` over the engine.
 #[derive(Clone)]
@@ -55,57 +48,48 @@ impl RateLimitQuotaGrpc {
     pub fn open_streams(&self) -> usize {
         self.shared.peers.total()
     }
-}
 
-/// The RLQS gRPC service, ready for `tonic::transport::Server::add_service`, its messages
-/// bounded by `limits.max_message_bytes`.
-pub fn rlqs_service(
-    engine: SharedEngine,
-    options: SharedOptions,
-    limits: RlqsLimits,
-    stop: watch::Receiver<bool>,
-) -> RateLimitQuotaServiceServer<RateLimitQuotaGrpc> {
-    let max = limits.max_message_bytes;
-    RateLimitQuotaServiceServer::new(RateLimitQuotaGrpc::new(engine, options, limits, stop))
-        .max_decoding_message_size(max)
-}
-
-/// The responses of one stream.
-#[derive(Debug)]
-pub struct ResponseStream(mpsc::Receiver<Result<RateLimitQuotaResponse, tonic::Status>>);
-
-impl tonic::codegen::tokio_stream::Stream for ResponseStream {
-    type Item = Result<RateLimitQuotaResponse, tonic::Status>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.0.poll_recv(cx)
+    /// Buckets the demand book holds now.
+    pub fn tracked_buckets(&self) -> usize {
+        self.shared.demand.len()
     }
-}
 
-#[tonic::async_trait]
-impl RateLimitQuotaService for RateLimitQuotaGrpc {
-    type StreamRateLimitQuotasStream = ResponseStream;
+    /// The largest report its streams take, in bytes.
+    pub fn max_message_bytes(&self) -> usize {
+        self.shared.limits.max_message_bytes
+    }
 
-    async fn stream_rate_limit_quotas(
+    /// Opens a stream: its own task, or a refusal when the peer (or every peer together)
+    /// holds its most streams, or the server is stopping.
+    pub fn open(
         &self,
-        request: tonic::Request<tonic::Streaming<RateLimitQuotaUsageReports>>,
+        request: tonic::Request<tonic::Streaming<WireReport>>,
     ) -> Result<tonic::Response<ResponseStream>, tonic::Status> {
         let shared = &self.shared;
         if *shared.stop.borrow() {
             return Err(tonic::Status::unavailable("sluice is shutting down"));
         }
         let peer = request.remote_addr().map(|a| a.ip());
-        let max = shared.limits.max_streams_per_peer;
-        let Some(slot) = shared.peers.enter(peer, max) else {
-            metrics::counter!("sluice_rlqs_refused_total", "reason" => "streams_per_peer")
-                .increment(1);
-            return Err(tonic::Status::resource_exhausted(format!(
-                "this peer holds {max} rate limit quota streams already"
-            )));
-        };
+        let slot = shared.peers.enter(peer, &shared.limits).map_err(|full| {
+            metrics::counter!("sluice_rlqs_refused_total", "reason" => full.reason()).increment(1);
+            tonic::Status::resource_exhausted(full.to_string())
+        })?;
         let (tx, rx) = mpsc::channel(RESPONSES_WAITING);
-        tokio::spawn(run(shared.clone(), request.into_inner(), tx, slot));
+        let replies = Replies::new(tx, shared.limits.send_timeout, shared.stop.clone());
+        tokio::spawn(run(shared.clone(), request.into_inner(), replies, slot));
         Ok(tonic::Response::new(ResponseStream(rx)))
+    }
+}
+
+/// The responses of one stream.
+#[derive(Debug)]
+pub struct ResponseStream(mpsc::Receiver<Reply>);
+
+impl tonic::codegen::tokio_stream::Stream for ResponseStream {
+    type Item = Reply;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
     }
 }
 
@@ -120,8 +104,8 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// reads nothing for `send_timeout`, or the stop signal.
 async fn run(
     shared: Arc<Shared>,
-    mut reports: tonic::Streaming<RateLimitQuotaUsageReports>,
-    tx: mpsc::Sender<Result<RateLimitQuotaResponse, tonic::Status>>,
+    mut reports: tonic::Streaming<WireReport>,
+    replies: Replies,
     _slot: StreamSlot,
 ) {
     let mut stream = QuotaStream::new(shared.next_id.fetch_add(1, Ordering::Relaxed));
@@ -137,26 +121,27 @@ async fn run(
             Ok(Some(r)) => r,
             Ok(None) => break,
             Err(status) => {
-                tracing::debug!(%status, "rlqs stream ended by its peer");
+                // A report over the size bound or not decodable; or the peer went away (then
+                // no one reads this).
+                tracing::debug!(%status, "rlqs stream ended on a read error");
+                let _ = replies.send(Err(status)).await;
                 break;
             }
         };
-        if !paced(pace.take(report.bucket_quota_usages.len()), &mut stop).await {
+        // The report waits as its wire bytes (at most `max_message_bytes`), undecoded.
+        if !paced(pace.take(report.len()), &mut stop).await {
             break;
         }
-        let item = match stream.answer(&shared, report).await {
-            Ok(None) => continue,
-            Ok(Some(response)) => Ok(response),
-            Err(status) => Err(status),
-        };
-        let last = item.is_err();
-        match tokio::time::timeout(shared.limits.send_timeout, tx.send(item)).await {
-            Ok(Ok(())) if !last => {}
-            Ok(_) => break,
-            Err(_) => {
-                metrics::counter!("sluice_rlqs_refused_total", "reason" => "send_timeout")
-                    .increment(1);
-                tracing::warn!("rlqs stream's peer reads no responses; stream ended");
+        match stream.answer(&shared, report, &replies).await {
+            // Engine calls beyond the usual ones are paid before the next report is read.
+            Ok(extra_calls) => {
+                if !paced(pace.charge(extra_calls), &mut stop).await {
+                    break;
+                }
+            }
+            Err(StreamEnd::Gone) => break,
+            Err(StreamEnd::Refused(status)) => {
+                let _ = replies.send(Err(status)).await;
                 break;
             }
         }

@@ -14,18 +14,19 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
     self, AbandonAction, QuotaAssignmentAction,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use sluice_engine::{Engine, EngineError};
 
-use super::bucket::BucketKey;
+use super::bucket::{Bucket, BucketKey};
+use super::demand::Asked;
+use super::replies::{Replies, StreamEnd};
 use super::shared::Shared;
-use super::sizing::{Assignment, assign};
+use super::sizing::{Assignment, Room, assign};
 use super::usage::{Recorded, record};
+use super::wire::{WireReport, WireResponse};
 use crate::error::RequestError;
 
 /// One stream's state.
@@ -37,7 +38,13 @@ pub struct QuotaStream {
     buckets: HashMap<BucketKey, Assignment>,
     /// Usages of buckets beyond the stream's cap (logged once).
     overflowed: bool,
+    /// Bucket ids refused (logged once).
+    refused: bool,
 }
+
+/// Engine calls a usage usually takes (look, count, look): the pace counts one usage for
+/// them, and each call beyond.
+const USUAL_CALLS: u32 = 3;
 
 /// The longest domain a stream may name: the stream keeps it and every usage looks it up, so
 /// a megabyte of domain would cost a megabyte of hashing per usage.
@@ -51,46 +58,72 @@ impl QuotaStream {
             domain: None,
             buckets: HashMap::new(),
             overflowed: false,
+            refused: false,
         }
     }
 
-    /// Counts a report and answers it (`None`: nothing to say). An error ends the stream.
+    /// Counts a report and answers it, in parts of at most `RESPONSE_PART_BYTES` of actions.
+    /// Returns the engine calls it took beyond the usual three per usage, for the pace.
     pub async fn answer(
         &mut self,
         shared: &Shared,
-        reports: RateLimitQuotaUsageReports,
-    ) -> Result<Option<RateLimitQuotaResponse>, tonic::Status> {
+        report: WireReport,
+        replies: &Replies,
+    ) -> Result<u64, StreamEnd> {
         // A report may name more buckets than the stream holds (an Envoy reports every bucket
         // it has, and anyone who reaches it makes buckets by sending new values): each is
         // counted and answered all the same. Ending the stream instead left the Envoy with no
         // assignment at all after a spray of 10,001 user ids, and its fallback then let every
-        // request through. The decoded report is bounded by the message size, its cost by
-        // the pace of usages per second.
-        let domain = self.domain_of(&reports.domain)?;
+        // request through. For the same reason a bucket id Sluice refuses is left alone and
+        // the stream goes on. The report is held as its wire bytes (wire.rs), its usages
+        // decoded one at a time; its cost is bounded by the pace of usages per second.
+        let domain = self.domain_of(&report.domain)?;
         let engine = shared.engine.load_full();
         let options = shared.options.load();
-        let mut actions = Vec::with_capacity(reports.bucket_quota_usages.len());
-        for (i, usage) in reports.bucket_quota_usages.iter().enumerate() {
-            let id = usage.bucket_id.as_ref().ok_or_else(|| {
-                tonic::Status::invalid_argument(format!(
-                    "bucket_quota_usages[{i}].bucket_id is missing"
-                ))
+        let mut part = WireResponse::default();
+        let mut extra_calls = 0;
+        for (i, usage) in report.usages().enumerate() {
+            // Stopping: nothing more is counted (the last flush is near).
+            if *shared.stop.borrow() {
+                return Err(StreamEnd::Gone);
+            }
+            let usage = usage.map_err(|e| {
+                tonic::Status::invalid_argument(format!("bucket_quota_usages[{i}]: {e}"))
             })?;
-            let key = BucketKey::from_proto(id, &options, i).map_err(tonic::Status::from)?;
-            let held = self.buckets.contains_key(&key)
+            let bucket = match usage
+                .bucket_id
+                .as_ref()
+                .map(|id| Bucket::read(id, &options))
+            {
+                Some(Ok(bucket)) => bucket,
+                Some(Err(why)) => {
+                    self.refuse(&why.to_string());
+                    continue;
+                }
+                None => {
+                    self.refuse("a usage without a bucket id");
+                    continue;
+                }
+            };
+            let held = self.buckets.contains_key(&bucket.key)
                 || self.buckets.len() < shared.limits.max_buckets_per_stream;
             if !held {
                 self.overflow(shared);
             }
-            let action = self
-                .bucket(shared, &engine, &domain, (key, held), usage)
+            let (action, calls) = self
+                .bucket(shared, &engine, &domain, (bucket, held), &usage)
                 .await?;
-            actions.push(action);
+            extra_calls += u64::from(calls.saturating_sub(USUAL_CALLS));
+            part.push(&action);
+            if part.is_full() {
+                replies.send(Ok(std::mem::take(&mut part))).await?;
+            }
         }
         metrics::counter!("sluice_rlqs_reports_total").increment(1);
-        Ok((!actions.is_empty()).then_some(RateLimitQuotaResponse {
-            bucket_action: actions,
-        }))
+        if !part.is_empty() {
+            replies.send(Ok(part)).await?;
+        }
+        Ok(extra_calls)
     }
 
     /// The stream's domain: the first report's; a later report may repeat it or leave it
@@ -128,6 +161,20 @@ impl QuotaStream {
         }
     }
 
+    /// A bucket id refused (`why`): neither counted nor answered, so Envoy keeps its
+    /// `no_assignment_behavior` for that bucket alone.
+    fn refuse(&mut self, why: &str) {
+        metrics::counter!("sluice_rlqs_refused_total", "reason" => "bucket_id").increment(1);
+        if !self.refused {
+            self.refused = true;
+            tracing::warn!(
+                stream = self.id,
+                why,
+                "rlqs bucket id refused; the stream goes on"
+            );
+        }
+    }
+
     /// Counts one bucket's usage and decides its action; a bucket the stream does not hold
     /// (`held` false: it holds its most) keeps no state, so it is never abandoned.
     async fn bucket(
@@ -135,17 +182,19 @@ impl QuotaStream {
         shared: &Shared,
         engine: &Engine,
         domain: &str,
-        (key, held): (BucketKey, bool),
+        (bucket, held): (Bucket, bool),
         usage: &BucketQuotaUsage,
-    ) -> Result<BucketAction, tonic::Status> {
+    ) -> Result<(BucketAction, u32), tonic::Status> {
         let allowed = usage.num_requests_allowed;
-        let recorded = match record(engine, domain, &key, allowed).await {
+        let key = bucket.key;
+        let recorded = match record(engine, domain, &bucket.entries, allowed).await {
             Ok(r) => r,
             // A domain no rule file defines: nothing limits its buckets.
             Err(EngineError::UnknownDomain(_)) => Recorded {
                 counted: 0,
                 uncounted: 0,
                 room: None,
+                calls: 1,
             },
             Err(e) => return Err(RequestError::from(e).into()),
         };
@@ -156,7 +205,7 @@ impl QuotaStream {
         let assignment = match recorded.room {
             None => Assignment::AllowAll,
             Some(room) => {
-                let share = self.share(shared, engine, domain, &key, usage);
+                let share = self.share(shared, engine, (domain, &key, held), usage, room);
                 // Other Sluice instances serve other Envoys from the same room: this instance
                 // hands out its even part of it.
                 let fleet = engine.fleet_size().max(1) as f64;
@@ -164,7 +213,7 @@ impl QuotaStream {
             }
         };
         tracing::debug!(
-            stream = self.id, domain, bucket = ?key.entries(), allowed,
+            stream = self.id, domain, bucket = ?bucket.entries, allowed,
             denied = usage.num_requests_denied, room = ?recorded.room, ?assignment,
             "rlqs assignment"
         );
@@ -178,35 +227,52 @@ impl QuotaStream {
         if abandon {
             self.buckets.remove(&key);
         }
+        if recorded.room.is_none() {
+            // No longer limited (or abandoned): no demand to share.
+            shared
+                .demand
+                .forget(domain, self.id, std::iter::once(key.clone()));
+        }
         let strategy = if abandon {
             "abandon"
         } else {
             strategy_name(assignment)
         };
         metrics::counter!("sluice_rlqs_assignments_total", "strategy" => strategy).increment(1);
-        Ok(action(&key, assignment, abandon))
+        let action = action(usage.bucket_id.clone(), assignment, abandon);
+        Ok((action, recorded.calls))
     }
 
-    /// This stream's share of the bucket's demand on this instance.
+    /// This stream's share of the bucket's demand on this instance, under `room`.
     fn share(
         &self,
         shared: &Shared,
         engine: &Engine,
-        domain: &str,
-        key: &BucketKey,
+        (domain, key, held): (&str, &BucketKey, bool),
         usage: &BucketQuotaUsage,
+        room: Room,
     ) -> f64 {
-        let asked = usage
-            .num_requests_allowed
-            .saturating_add(usage.num_requests_denied) as f64;
         // Envoy's first report of a bucket has no `time_elapsed`; its times are whole seconds.
-        let elapsed = usage.time_elapsed.map_or(0.0, |d| {
-            d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
-        });
+        let elapsed = usage
+            .time_elapsed
+            .map_or(0.0, |d| {
+                d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
+            })
+            .max(1.0);
+        let window = room.window.as_secs_f64();
+        let asked = Asked {
+            allowed: usage.num_requests_allowed as f64 / elapsed,
+            denied: usage.num_requests_denied as f64 / elapsed,
+            rule_rate: if window > 0.0 {
+                room.limit as f64 / window
+            } else {
+                0.0
+            },
+        };
         shared.demand.share(
             (domain, key),
-            self.id,
-            asked / elapsed.max(1.0),
+            (self.id, held),
+            asked,
             engine.now(),
             shared.peers.total(),
         )
@@ -234,7 +300,7 @@ fn pb_duration(d: Duration) -> PbDuration {
 }
 
 /// The wire form of an assignment (or of an abandon).
-pub fn action(key: &BucketKey, assignment: Assignment, abandon: bool) -> BucketAction {
+pub fn action(id: Option<BucketId>, assignment: Assignment, abandon: bool) -> BucketAction {
     let strategy = match assignment {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
         Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
@@ -261,7 +327,7 @@ pub fn action(key: &BucketKey, assignment: Assignment, abandon: bool) -> BucketA
         })
     };
     BucketAction {
-        bucket_id: Some(key.to_proto()),
+        bucket_id: id,
         bucket_action: Some(what),
     }
 }
