@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
-TARGETS=(rules_yaml service_yaml http_api grpc_request gateway_request redis_replies etcd_replies engine_store spill_file geoip_database)
+TARGETS=(rules_yaml service_yaml http_api grpc_request rlqs_report gateway_request redis_replies etcd_replies engine_store spill_file geoip_database)
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
     echo "fuzz.sh: the nightly toolchain is missing (rustup toolchain install nightly)" >&2

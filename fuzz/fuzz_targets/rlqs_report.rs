@@ -1,0 +1,34 @@
+//! RLQS usage reports as they arrive on a `StreamRateLimitQuotas` stream (protobuf bytes), kept
+//! the way a stream keeps them: never more bytes held than the message, every usage either
+//! decoded or a clean error, every bucket id either read as a bucket or refused with a reason,
+//! and a report written back reads the same; never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use sluice_rls::rlqs::{Bucket, WireReport};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(report) = WireReport::decode(data) else {
+        return;
+    };
+    assert!(
+        report.held_bytes() <= data.len() + 64,
+        "{} bytes held for a message of {}",
+        report.held_bytes(),
+        data.len()
+    );
+    let options = sluice_rls::RlsOptions::default();
+    let mut read = 0;
+    for usage in report.usages() {
+        read += 1;
+        if let Ok(usage) = usage
+            && let Some(id) = &usage.bucket_id
+        {
+            let _ = Bucket::read(id, &options);
+        }
+    }
+    assert_eq!(read, report.len());
+    let again = WireReport::decode(report.encode_to_vec().as_slice()).expect("written back");
+    assert_eq!(again, report);
+});
