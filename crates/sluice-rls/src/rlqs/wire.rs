@@ -4,9 +4,9 @@
 //! 88-byte struct (a 1 MiB report, about 46 MB), and its answer, built as structs, as much
 //! again. So a report's usages are kept undecoded ([`WireReport`]: their bytes, copied once,
 //! at most twice the message: a domain field repeated after the usages is held in both) and
-//! decoded one at a time, after the stream's pace; and answers are written as wire bytes as they are made ([`WireResponse`]), sent in parts of at
-//! most [`RESPONSE_PART_BYTES`]. What one stream holds is then a few times its largest
-//! message, whatever the message says.
+//! decoded one at a time, after the stream's pace; and answers are written as wire bytes as
+//! they are made ([`WireResponse`]), sent in parts of at most [`RESPONSE_PART_BYTES`]. What one
+//! stream holds is then a few times its largest message, whatever the message says.
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
