@@ -242,14 +242,8 @@ async fn the_stop_signal_ends_a_stream_whose_peer_reads_nothing_at_once() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(s.handler.open_streams(), 1);
     s.stop.send(true).unwrap();
-    let ended = async {
-        while s.handler.open_streams() > 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(3), ended)
-        .await
-        .expect("the stream ended within 3 s of the stop");
+    s.wait_for_open_streams(0, Duration::from_secs(3), "the stream ended after the stop")
+        .await;
     // A report sent after the stop is not counted.
     let _ = tx.try_send(report("", vec![usage(bucket(&[("user", "late")]), 100, 0)]));
     tokio::time::sleep(Duration::from_millis(200)).await;

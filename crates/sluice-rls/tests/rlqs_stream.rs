@@ -183,14 +183,8 @@ async fn a_peer_that_reads_nothing_is_ended_and_stalls_no_one() {
         .unwrap();
     next(&mut inbox).await;
     // The stalled stream is ended: only the other one is left.
-    let ended = async {
-        while s.handler.open_streams() > 1 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), ended)
-        .await
-        .expect("the stalled stream ended within 10 s");
+    s.wait_for_open_streams(1, Duration::from_secs(10), "the stalled stream ended")
+        .await;
 }
 
 #[tokio::test]

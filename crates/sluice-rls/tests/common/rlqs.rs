@@ -43,6 +43,20 @@ pub struct Server {
     pub handler: RateLimitQuotaGrpc,
 }
 
+impl Server {
+    /// Waits until at most `n` streams are open; panics naming `what` after `within`.
+    pub async fn wait_for_open_streams(&self, n: usize, within: Duration, what: &str) {
+        let fallen = async {
+            while self.handler.open_streams() > n {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(within, fallen)
+            .await
+            .unwrap_or_else(|_| panic!("{what} within {within:?}"));
+    }
+}
+
 pub async fn server(limits: RlqsLimits) -> Server {
     server_with(RULES, limits).await
 }
