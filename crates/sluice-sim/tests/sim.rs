@@ -490,14 +490,23 @@ fn a_surge_in_a_mix_of_users_holds_when_every_instance_spent_a_budget_split_from
     // each read the others' budgets as room: 5.7% over in a window. Once an instance that
     // spent such a budget leaves out the others' part of the room at its early read, the
     // surge stays within the 5% target and every other class as it was.
+    //
+    // Then the estimate: at the surge's first requests an instance's estimate of the others
+    // (their demand from the last surge, a window ago) refuses it a few requests into its
+    // budget; the early read that follows shows the others' counts as of their boundary
+    // flushes, not what they admitted since from budgets of their own, and a new budget from
+    // that room came on top of the first (2.7% over here; real processes: windows at 321 and
+    // 323 of 300). Counting the others as having spent what this instance did, the surge
+    // stays within 1% of the limit, and no window of it is under-admitted.
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios/mix/five.yaml");
     let mut scenario = Scenario::load(&path).unwrap();
     scenario.policies = Some(vec!["predictive".to_owned()]);
     let r = run(&scenario);
     let classes = &policy(&r, "predictive").classes;
     let surge = classes.iter().find(|c| c.class == "surge").unwrap();
-    assert!(surge.over_max_pct <= 5.0, "{surge:?}");
+    assert!(surge.over_max_pct <= 1.0, "{surge:?}");
     assert_eq!(surge.under_admitted, 0, "{surge:?}");
+    assert!(surge.busy_min_pct >= 95.0, "{surge:?}");
     for c in classes {
         assert!(c.over_max_pct <= 5.0, "{c:?}");
         assert_eq!(c.false_denials, 0, "{c:?}");

@@ -93,6 +93,9 @@ pub(crate) struct Flight {
     pub early: bool,
     /// When the flush took the counts (this instance's clock).
     pub sent_at: Nanos,
+    /// Requests were refused since the flush before: this instance's budget, or its estimate
+    /// of the others, had stopped admitting when this flush was taken.
+    pub refused: bool,
 }
 
 /// What [`KeyState::drain`] hands to the flush.

@@ -36,6 +36,7 @@ impl KeyState {
             current: None,
             early,
             sent_at: now,
+            refused: self.offered > self.unflushed,
         };
         if self.carry > 0 {
             flight.carry = Some(std::mem::take(&mut self.carry));
