@@ -113,7 +113,9 @@ async fn a_huge_allowed_count_costs_a_few_engine_calls_and_pays_for_them() {
         usages_per_second: 4,
         ..RlqsLimits::default()
     };
-    let s = server(limits).await;
+    // A local rule: counted through the decision (a synced one is recorded in one call).
+    let rules = RULES.replace("minute,", "minute, mode: local,");
+    let s = server_with(&rules, limits).await;
     let (tx, mut inbox) = open(s.addr).await.unwrap();
     let alice = bucket(&[("user", "alice")]);
     let started = tokio::time::Instant::now();

@@ -72,8 +72,8 @@ async fn instances_hand_out_the_room_by_their_demand() {
         ));
     }
     // About 390 left over 30 s: about 65 a report interval for the fleet, which the two
-    // assignments share (the parts add up to the room, up to the rounding of the demands
-    // the store carries).
+    // assignments share (the parts add up to the room, up to what one instance flushed after
+    // the other last read it: a second of its requests here).
     let parts: Vec<_> = [&a, &b]
         .iter()
         .map(|e| e.load().fleet_parts("d", &[("user", "alice")])[0].clone())
@@ -81,9 +81,9 @@ async fn instances_hand_out_the_room_by_their_demand() {
     let fleet = parts[0].room.unwrap() as f64 / 6.0;
     eprintln!("per interval: {per:?} of {fleet}; {parts:?}");
     assert!((60.0..=70.0).contains(&fleet), "{parts:?}");
-    assert!(per[0] + per[1] <= 1.01 * fleet, "{per:?}");
-    // By demand (with a tenth of the room kept evenly): about 0.82 and 0.18 of it, where an
-    // even split gave each instance half.
+    assert!(per[0] + per[1] <= 1.03 * fleet, "{per:?}");
+    // By their admissions (with a tenth of the room kept evenly): about 0.82 and 0.18 of it,
+    // where an even split gave each instance half.
     assert!(per[0] >= 3.0 * per[1], "{per:?}");
     assert!(per[0] >= 0.7 * fleet, "{per:?}");
     assert!(per[1] >= 1.0, "{per:?}");

@@ -113,23 +113,37 @@ pub fn load(
     window: Duration,
     windows: usize,
 ) -> std::thread::JoinHandle<Vec<u64>> {
+    load_phases(port, user, &[(per_second, windows)], window)
+}
+
+/// Like [`load`], in phases: `(per_second, windows)` each, one after the other.
+pub fn load_phases(
+    port: u16,
+    user: &'static str,
+    phases: &[(f64, usize)],
+    window: Duration,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    // The rate of each window.
+    let rates: Vec<f64> = phases
+        .iter()
+        .flat_map(|&(rate, n)| std::iter::repeat_n(rate, n))
+        .collect();
     std::thread::spawn(move || {
         use sluice_core::{Clock, SystemClock};
         let clock = SystemClock::new();
         let window_ns = window.as_nanos() as u64;
         let first = clock.now() / window_ns;
-        let gap = Duration::from_secs_f64(1.0 / per_second);
-        let mut admitted = vec![0u64; windows];
+        let mut admitted = vec![0u64; rates.len()];
         let mut next = clock.now();
         loop {
             let w = (clock.now() / window_ns - first) as usize;
-            if w >= windows {
+            let Some(rate) = rates.get(w) else {
                 return admitted;
-            }
+            };
             if get(port, "/", user).0 == 200 {
                 admitted[w] += 1;
             }
-            next += gap.as_nanos() as u64;
+            next += Duration::from_secs_f64(1.0 / rate).as_nanos() as u64;
             std::thread::sleep(Duration::from_nanos(next.saturating_sub(clock.now())));
         }
     })

@@ -2,15 +2,14 @@
 //! key: this instance's part of the fleet's room, and the room itself; and usage its clients
 //! already admitted, recorded without a decision.
 //!
-//! The part follows the demand each instance's entries carry in the store (the predictive
-//! policy's shares, [`model::share`]), with a floor: every instance the key knows of (this one,
-//! the live others, the phantoms not listed yet) keeps [`FLOOR`] of the room over their
-//! number, and the rest is split by demand. When all instances read the same entries the
-//! shares add up to one, so the parts do too: the fleet hands out no more than the room. An
-//! instance whose demand is small (its clients just started) still gets its floor, admits
-//! it, and its demand (what it admitted) grows its share from one report to the next; two
-//! instances whose clients both want more than the room drift to an even split rather than
-//! keep whatever split they started with.
+//! The part follows how the fleet's admissions of the key split among the instances, as the
+//! store tells them at each flush (each instance's count in the window, and the previous
+//! window's as it fades out of the last window's span), with a floor: the instances the key knows of (this one, the live others, the phantoms not
+//! listed yet) keep [`FLOOR`] of the room over their number, and the rest is split by admissions. When all instances read the same
+//! counts the shares add up to one, so the parts do too: the fleet hands out no more than the
+//! room. An instance whose clients just started still gets its floor, admits it, and its count
+//! grows its share; two instances whose clients both want more than the room drift to an even
+//! split (the floor pulls them) rather than keep whatever split they started with.
 
 use sluice_core::Nanos;
 
@@ -76,15 +75,18 @@ impl SyncedRule {
             (store.health, phantoms),
         );
         let room = Some((p.limit as f64 - estimate).max(0.0).floor() as u64);
-        let (share, known) = match shared {
-            Some(x) => (
-                model::share(p, &view, x, now, (phantoms, store.fleet)),
-                1 + phantoms + x.live_others(p, now).count() as u64,
-            ),
-            // No other instance listed: alone, or others not listed yet (phantoms), each
-            // taken to demand what this one does.
-            None => (1.0 / (1 + phantoms) as f64, 1 + phantoms),
+        let known = 1 + phantoms + shared.map_or(0, |x| x.live_others(p, now).count() as u64);
+        // This instance's count as the store has it (what its last flushes sent), as the
+        // others read it: the shares of instances that read the same store state add up to
+        // one; with its own count fresher than theirs each took a little more.
+        let flushed = model::KeyView {
+            local: view
+                .local
+                .saturating_sub(u32::try_from(state.unsent()).unwrap_or(u32::MAX)),
+            ..view
         };
+        let share = count_share(p, &flushed, shared, (window_start, now), phantoms)
+            .unwrap_or(1.0 / known as f64);
         KeyPart {
             part: with_floor(share, known),
             room,
@@ -111,7 +113,32 @@ impl SyncedRule {
     }
 }
 
-/// A demand `share` (0..=1) of `known` instances' demand, with [`FLOOR`] of the room kept
+/// This instance's share of the key's admissions over about the last window: its count in
+/// the window, and the previous window's weighted by the part of it a window back from now
+/// still covers, over the fleet's (the others' counts as their entries and the last total
+/// read tell them; instances not listed yet, `phantoms`, taken to have counted what this one
+/// has). `None` before anyone admitted anything. Counts, not rates: an Envoy's usage reaches
+/// the engine in lumps, once per report, and the rates sampled per span swung with the
+/// phase of the reports (parts adding up to 1.15 in a real fleet); counts read at each flush
+/// add up, so every instance reading the same store state gets shares that add up to one.
+fn count_share(
+    p: &super::params::SyncedParams,
+    view: &model::KeyView,
+    shared: Option<&super::shared::Shared>,
+    (window_start, now): (Nanos, Nanos),
+    phantoms: u64,
+) -> Option<f64> {
+    let elapsed = now.saturating_sub(window_start).min(p.window_ns) as f64;
+    let back = 1.0 - elapsed / p.window_ns.max(1) as f64;
+    let listed: f64 = shared.map_or(0.0, |x| x.others.iter().map(|o| f64::from(o.count)).sum());
+    let others_now = listed.max(f64::from(view.others_read));
+    let others_before = f64::from(view.prev_global.saturating_sub(view.prev_local));
+    let own = f64::from(view.local) + back * f64::from(view.prev_local);
+    let total = own * (1 + phantoms) as f64 + others_now + back * others_before;
+    (total > 0.0).then(|| own / total)
+}
+
+/// A `share` (0..=1) of the admissions of `known` instances, with [`FLOOR`] of the room kept
 /// evenly among them.
 pub(crate) fn with_floor(share: f64, known: u64) -> f64 {
     let share = if share.is_finite() {

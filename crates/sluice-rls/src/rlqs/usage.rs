@@ -1,20 +1,22 @@
 //! A usage report into the engine's counters, and the room left after it.
 //!
 //! Envoy has already admitted the requests it reports, so they are counted as requests of
-//! their descriptor, through the same `Engine::check` every door uses: local, synced and
-//! exact rules count them where they count RLS and `/v1/acquire` requests, and every door
-//! shares one limit. A report is counted up to the room a look finds first, in one call;
-//! should that call be refused (the room shrank meanwhile, or a synced rule's budget is
-//! smaller than its count), in at most two halving parts more. The rest (an overshoot the
-//! assignment was sized to prevent, or the usage of an Envoy on its fallback before its first
-//! assignment) was let through all the same: synced rules record it without a decision
-//! (`Engine::record`), so the fleet's counters hold it and the next assignments leave it out
-//! of the room (`sluice_rlqs_usage_total{result="over"}`); local and exact rules take no count
-//! without a decision (`result="uncounted"`). So a usage costs at most six engine calls
-//! whatever its `num_requests_allowed`, and the calls beyond the usual three (look, count,
-//! look) are counted against the stream's pace ([`Recorded::calls`]). A synced rule's room
-//! is the fleet's, by the estimate of its global count, with this instance's part of it
-//! (`Engine::fleet_parts`).
+//! their descriptor where every door counts them: local, synced and exact rules, and every
+//! door shares one limit. A bucket whose rules are all synced is recorded without a decision
+//! (`Engine::record`): what Envoy let through is counted in full, and the key's demand (how
+//! the instances split the room, `Engine::fleet_parts`) is what Envoy admitted, nothing more.
+//! Other buckets go through the same `Engine::check` every door uses: counted up to the room
+//! a look finds first, in one call; should that call be refused (the room shrank meanwhile),
+//! in at most two halving parts more. The rest (an overshoot the assignment was sized to
+//! prevent, or the usage of an Envoy on its fallback before its first assignment) was let
+//! through all the same: synced rules record it (`sluice_rlqs_usage_total{result="over"}`,
+//! as is what a record counts beyond the room); local and exact rules take no count without a
+//! decision (`result="uncounted"`). So a usage costs at most six engine calls whatever its
+//! `num_requests_allowed` (three for synced rules: look, record, look), and the calls beyond
+//! the usual three are counted against the stream's pace ([`Recorded::calls`]). A synced
+//! rule's room is the fleet's, by the estimate of its global count, with this instance's part
+//! of it.
+
 use sluice_core::MAX_COST;
 use sluice_engine::{Engine, EngineError, FleetPart, Outcome, Reason, RuleStatus, Verdict};
 
@@ -47,44 +49,94 @@ pub async fn record(
     allowed: u64,
 ) -> Result<Recorded, EngineError> {
     let descriptor = [entries];
-    let mut calls = 1;
     let mut look = engine.check(domain, &descriptor, 0).await?;
     let mut parts = engine.fleet_parts(domain, entries);
-    let mut left = allowed;
-    let mut over = 0;
+    let mut counted = Counted {
+        left: allowed,
+        over: 0,
+        calls: 1,
+    };
     if allowed > 0 {
         let fits = fits(&look, &parts).unwrap_or(allowed);
-        let mut chunk = allowed.min(fits).min(MAX_COST);
-        let mut counting = 0;
-        while left > 0 && chunk > 0 && counting < MAX_COUNTING_CALLS {
-            counting += 1;
-            if engine.check(domain, &descriptor, chunk).await?.allowed {
-                left -= chunk;
-                chunk = chunk.min(left);
-            } else {
-                chunk /= 2;
+        // Synced rules alone: recorded, not decided. A count the decision refuses (this
+        // instance's budget is for its own requests until its next flush) would still add to
+        // the key's demand, and the instances' demands are how they split the room: an
+        // instance whose Envoys outran its budget would take a larger part for it, and more
+        // the next time (measured: shares swinging 30:70 on an even split).
+        let synced_only = !parts.is_empty() && parts.iter().all(|p| p.room.is_some());
+        if synced_only {
+            counted.record(engine, domain, entries, fits)?;
+        } else {
+            counted.decide(engine, domain, (entries, fits)).await?;
+            if counted.left > 0 {
+                // Let through all the same: the counters must hold it.
+                counted.record(engine, domain, entries, 0)?;
             }
         }
-        calls += counting + 1;
-        if left > 0 {
-            // Let through all the same: the counters must hold it (at most MAX_COST at once,
-            // as any cost; a report beyond is an Envoy that lies, and its excess is dropped).
-            calls += 1;
-            if engine.record(domain, entries, left.min(MAX_COST))? > 0 {
-                over = left.min(MAX_COST);
-                left -= over;
-            }
-        }
+        counted.calls += 1;
         look = engine.check(domain, &descriptor, 0).await?;
         parts = engine.fleet_parts(domain, entries);
     }
     Ok(Recorded {
-        counted: allowed - left - over,
-        over,
-        uncounted: left,
+        counted: allowed - counted.left - counted.over,
+        over: counted.over,
+        uncounted: counted.left,
         room: room_of(&look, &parts),
-        calls,
+        calls: counted.calls,
     })
+}
+
+/// A report's count in progress: what is left to count, what was recorded beyond the room,
+/// and the engine calls so far.
+struct Counted {
+    left: u64,
+    over: u64,
+    calls: u32,
+}
+
+impl Counted {
+    /// Counts up to `fits` of what is left through the decision (as any door's requests): one
+    /// call, at most two halvings more if it is refused.
+    async fn decide(
+        &mut self,
+        engine: &Engine,
+        domain: &str,
+        (entries, fits): (&[(String, String)], u64),
+    ) -> Result<(), EngineError> {
+        let descriptor = [entries];
+        let mut chunk = self.left.min(fits).min(MAX_COST);
+        let mut counting = 0;
+        while self.left > 0 && chunk > 0 && counting < MAX_COUNTING_CALLS {
+            counting += 1;
+            if engine.check(domain, &descriptor, chunk).await?.allowed {
+                self.left -= chunk;
+                chunk = chunk.min(self.left);
+            } else {
+                chunk /= 2;
+            }
+        }
+        self.calls += counting;
+        Ok(())
+    }
+
+    /// Records what is left without a decision (at most `MAX_COST` at once, as any cost: a
+    /// report beyond it is an Envoy that lies, and its excess is dropped), where a rule takes
+    /// it; of it, what is beyond `fits` counts as over the room.
+    fn record(
+        &mut self,
+        engine: &Engine,
+        domain: &str,
+        entries: &[(String, String)],
+        fits: u64,
+    ) -> Result<(), EngineError> {
+        let n = self.left.min(MAX_COST);
+        self.calls += 1;
+        if engine.record(domain, entries, n)? > 0 {
+            self.left -= n;
+            self.over += n.saturating_sub(fits);
+        }
+        Ok(())
+    }
 }
 
 /// Requests the bucket has room for, as RLS decides a request of its descriptor: every
