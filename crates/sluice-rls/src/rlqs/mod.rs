@@ -30,7 +30,7 @@ mod wire;
 
 pub use bucket::{Bucket, BucketKey, Refused};
 pub use limits::RlqsLimits;
-pub use renew::{MATERIAL, RENEW_WITHIN};
+pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN};
 pub use server::{RlqsServer, rlqs_service};
 pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{

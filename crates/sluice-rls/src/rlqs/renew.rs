@@ -7,7 +7,9 @@
 //! pushed on the stream when assignments change). So a bucket's action is sent when its
 //! assignment is new, changes kind (token bucket, `DENY_ALL`, `ALLOW_ALL`), changes its fill
 //! interval, or changes what it admits over a report interval (`max_tokens` plus the rate
-//! over 5 s) by more than [`MATERIAL`] of what the previous one admitted; or when the
+//! over 5 s): up by more than [`MATERIAL`] of what the previous one admitted, or down by
+//! more than [`MATERIAL_FALL`] (an Envoy kept on a larger one admits more than the room it
+//! was sized for; on a smaller one, less); or when the
 //! previous one has at most [`RENEW_WITHIN`] of its time to live left, so that it is renewed
 //! one whole report interval before it would lapse (a late or lost report leaves Envoy on it).
 //! With a 20 s time to live and reports every 5 s, an unchanged assignment goes out every
@@ -19,9 +21,13 @@ use sluice_core::Nanos;
 
 use super::sizing::{Assignment, REPORT_EVERY};
 
-/// The smallest change of what an assignment admits per report interval worth sending, as a
+/// The smallest rise of what an assignment admits per report interval worth sending, as a
 /// part of what the previous one admitted.
 pub const MATERIAL: f64 = 0.1;
+
+/// The smallest fall worth sending: Envoy keeping the larger one admits more than the room it
+/// was sized for, so a fall is sent sooner than a rise.
+pub const MATERIAL_FALL: f64 = 0.02;
 
 /// An assignment with at most this much of its time to live left is renewed.
 pub const RENEW_WITHIN: Duration = Duration::from_secs(2 * REPORT_EVERY.as_secs());
@@ -66,7 +72,7 @@ fn material(previous: Assignment, next: Assignment) -> bool {
                 previous.admits_at_most(REPORT_EVERY),
                 next.admits_at_most(REPORT_EVERY),
             );
-            (now - was).abs() > MATERIAL * was
+            now > was * (1.0 + MATERIAL) || now < was * (1.0 - MATERIAL_FALL)
         }
         (Assignment::AllowAll, Assignment::AllowAll)
         | (Assignment::DenyAll, Assignment::DenyAll) => false,
@@ -110,7 +116,9 @@ mod tests {
         // 2 + 36/10 x 5 = 20 a report interval; 21 is within a tenth, 23 is not.
         assert!(!due(sent(bucket(2, 36), 0), bucket(2, 38), 5 * S));
         assert!(due(sent(bucket(2, 36), 0), bucket(2, 42), 5 * S));
-        assert!(due(sent(bucket(2, 36), 0), bucket(2, 30), 5 * S));
+        // A fall is sent from 2% on: 19 is, 20 is not.
+        assert!(due(sent(bucket(2, 36), 0), bucket(2, 34), 5 * S));
+        assert!(!due(sent(bucket(2, 36), 0), bucket(2, 36), 5 * S));
         assert!(!due(
             sent(Assignment::DenyAll, 0),
             Assignment::DenyAll,
