@@ -31,7 +31,8 @@ impl Engine {
     /// matches. Local rules: 1 (each instance has its own room). Exact rules: an even part of
     /// the fleet the store counts (their room is the fleet's, read at the store). Synced
     /// rules (predictive): a floor of [`crate::FLEET_PART_FLOOR`] split evenly among the
-    /// instances counting the key, the rest by their demand as the store's entries tell it;
+    /// instances counting the key, the rest by how the key's admissions over about the last
+    /// window split among them, as the store's counts tell it;
     /// a limit too small to share (decided at the store) and the reactive policy: an even
     /// part. Reads state, decides nothing, counts nothing.
     pub fn fleet_parts<K: AsRef<str>, V: AsRef<str>>(

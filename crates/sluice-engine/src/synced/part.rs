@@ -18,7 +18,7 @@ use super::model;
 use crate::health::StoreView;
 
 /// The part of a key's room kept evenly among the instances that know of it; the rest is
-/// split by demand.
+/// split by the instances' admissions.
 pub const FLOOR: f64 = 0.1;
 
 /// This instance's part of a synced key's room, and the room the fleet has left.
