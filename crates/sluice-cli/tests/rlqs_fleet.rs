@@ -21,7 +21,7 @@ const WINDOWS: usize = 8;
 const SPLIT_AT: usize = 4;
 
 /// The admissions a window may hold, of 100. The figure is 90 to 105; measured here
-/// 91 to 108 (docs/RLQS.md): each instance reads the other's admissions a flush late and
+/// 96 to 107 in three runs (docs/RLQS.md): each instance reads the other's admissions a flush late and
 /// Envoy's usage reaches it a report late, so a window's first assignments miss up to ten of
 /// the other's. A busy 2-core machine (two Sluice, two Envoys, Redis, the load threads and
 /// the other tests' builds) delays reports and the load's requests by a few hundred
