@@ -27,6 +27,7 @@
 mod descriptor_key;
 mod engine;
 mod exact;
+mod fleet_part;
 mod flush_loop;
 mod flusher;
 mod health;
@@ -43,6 +44,7 @@ mod verdict;
 pub use descriptor_key::{MAX_KEY_BYTES, write_digest};
 pub use engine::{Engine, EngineError};
 pub use exact::breaker::BreakerState;
+pub use fleet_part::FleetPart;
 pub use flush_loop::{EARLY_SYNC_DELAY, run_flush_loop};
 pub use flusher::{FlushReport, FlushSummary, Spill, StateDir, StateError};
 pub use lineage::{Lineage, ReloadSummary};
@@ -54,5 +56,5 @@ pub use observe::telemetry::{
     describe_metrics,
 };
 pub use options::EngineOptions;
-pub use synced::SMALL_LIMIT_SHARES;
+pub use synced::{FLEET_PART_FLOOR, SMALL_LIMIT_SHARES};
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

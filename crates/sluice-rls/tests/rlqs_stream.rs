@@ -14,7 +14,7 @@ async fn reports_share_the_limit_with_rls_and_get_assignments() {
     let (tx, mut inbox) = open(s.addr).await.unwrap();
     let alice = bucket(&[("user", "alice")]);
     let free = bucket(&[("path", "/")]);
-    // A new bucket's first report (Envoy sends one at once): a token bucket with a 15 s TTL.
+    // A new bucket's first report (Envoy sends one at once): a token bucket with a 20 s TTL.
     tx.send(report(
         "d",
         vec![usage(alice.clone(), 1, 0), usage(free.clone(), 3, 0)],
@@ -23,7 +23,7 @@ async fn reports_share_the_limit_with_rls_and_get_assignments() {
     .unwrap();
     let first = actions(&next(&mut inbox).await);
     assert!(
-        matches!(first[&name(&alice)], (Some(Strategy::TokenBucket(_)), 15)),
+        matches!(first[&name(&alice)], (Some(Strategy::TokenBucket(_)), 20)),
         "{first:?}"
     );
     // No rule for `path`: allow all, for an hour.
@@ -43,7 +43,7 @@ async fn reports_share_the_limit_with_rls_and_get_assignments() {
     // ... and the Envoy is told to deny until the window allows more.
     assert_eq!(
         over[&name(&alice)],
-        (Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32)), 15)
+        (Some(Strategy::BlanketRule(BlanketRule::DenyAll as i32)), 20)
     );
     // Another user is untouched.
     assert_eq!(rls_code(&s.engine, "bob").await, Code::Ok);
@@ -121,7 +121,8 @@ async fn a_peer_holds_a_bounded_number_of_streams_and_buckets() {
     assert_eq!(actions(&next(&mut inbox).await).len(), 2);
     // A third bucket is not held, but it is counted and answered like the known ones: a
     // spray of new values through Envoy must not leave buckets without an assignment (its
-    // fallback lets everything through).
+    // fallback lets everything through). The held bucket `a`, its assignment unchanged, is
+    // not answered: Envoy keeps the one it has.
     tx.send(report(
         "",
         vec![usage(c.clone(), 150, 0), usage(a.clone(), 1, 0)],
@@ -130,11 +131,12 @@ async fn a_peer_holds_a_bounded_number_of_streams_and_buckets() {
     .unwrap();
     let answer = actions(&next(&mut inbox).await);
     assert!(
-        answer.contains_key(&name(&a)) && answer.contains_key(&name(&c)),
+        !answer.contains_key(&name(&a)) && answer.contains_key(&name(&c)),
         "{answer:?}"
     );
     assert_eq!(rls_code(&s.engine, "c").await, Code::OverLimit);
-    // A report with more usages than the stream holds is answered, and the stream goes on.
+    // A report with more usages than the stream holds is answered (the bucket it does not
+    // hold, every time: it keeps no record of what it sent), and the stream goes on.
     tx.send(report(
         "",
         vec![
@@ -145,7 +147,8 @@ async fn a_peer_holds_a_bounded_number_of_streams_and_buckets() {
     ))
     .await
     .unwrap();
-    assert_eq!(actions(&next(&mut inbox).await).len(), 3);
+    let answer = actions(&next(&mut inbox).await);
+    assert!(answer.contains_key(&name(&c)), "{answer:?}");
 }
 
 #[tokio::test]
@@ -156,19 +159,11 @@ async fn a_peer_that_reads_nothing_is_ended_and_stalls_no_one() {
     };
     let s = server(limits).await;
     let (tx, _never_read) = open(s.addr).await.unwrap();
-    // Reports with large bucket ids (32 entries of 1 KiB) until the unread answers fill the
-    // HTTP/2 windows (a few MB).
-    let entries: Vec<(String, String)> = (0..32)
-        .map(|i| (format!("k{i:02}"), "x".repeat(1000)))
-        .collect();
-    let entries: Vec<(&str, &str)> = entries
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let id = bucket(&entries);
-    for _ in 0..400 {
+    // Reports of new buckets with large ids (32 entries of 1 KiB; a new bucket is always
+    // answered) until the unread answers fill the HTTP/2 windows (a few MB).
+    for n in 0..400 {
         if tx
-            .send(report("d", vec![usage(id.clone(), 0, 0)]))
+            .send(report("d", vec![usage(large_bucket(n), 0, 0)]))
             .await
             .is_err()
         {

@@ -289,7 +289,7 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_rlqs_assignments_total",
         Counter,
-        "Assignments sent on RLQS streams, one per bucket per report (label strategy: token_bucket, deny_all, allow_all, abandon).",
+        "Assignments decided on RLQS streams, one per bucket per report (label strategy: token_bucket, deny_all, allow_all, abandon, sent; unchanged, not sent again: Envoy keeps the one it has).",
         LATER,
     ),
     family(
@@ -301,13 +301,13 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_rlqs_reports_total",
         Counter,
-        "Usage reports answered on RLQS streams (Envoy sends one per new bucket, then one every 5 s).",
+        "Usage reports counted on RLQS streams (Envoy sends one per new bucket, then one every 5 s).",
         PLAIN,
     ),
     family(
         "sluice_rlqs_usage_total",
         Counter,
-        "Requests Envoys reported as admitted on RLQS streams (label result: counted, in the same counters as every door; uncounted, beyond the room of a rule).",
+        "Requests Envoys reported as admitted on RLQS streams (label result: counted, in the same counters as every door; over, beyond the room and recorded all the same by synced rules; uncounted, beyond the room of a local or exact rule, which take no count without a decision).",
         LATER,
     ),
     family(

@@ -18,6 +18,7 @@ use crate::verdict::Reason;
 
 mod absorb;
 mod drain;
+mod record;
 mod room;
 
 use room::Refusal;

@@ -14,6 +14,7 @@ mod flags;
 mod key_state;
 mod model;
 mod params;
+mod part;
 mod recent;
 mod reply;
 mod shared;
@@ -35,6 +36,7 @@ use sluice_store::FlushItem;
 
 pub(crate) use key_state::{Drain, Flight, KeyState, Replies, Sending};
 pub(crate) use params::SyncedParams;
+pub use part::FLOOR as FLEET_PART_FLOOR;
 use shared::Shared;
 pub use small::SMALL_LIMIT_SHARES;
 

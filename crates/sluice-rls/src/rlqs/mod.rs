@@ -6,6 +6,7 @@
 //! - `usage.rs`: reports counted by the engine, and the room left;
 //! - `demand.rs`: each stream's demand per bucket, the shares;
 //! - `sizing.rs`: the assignment (token bucket, blanket rule) from the room and the share;
+//! - `renew.rs`: which assignments an answer carries (changed materially, or soon to lapse);
 //! - `stream.rs`: one stream's state and answers;
 //! - `limits.rs`: the door's bounds;
 //! - `shared.rs`: what every stream of the service shares;
@@ -17,6 +18,7 @@
 mod bucket;
 mod demand;
 mod limits;
+mod renew;
 mod replies;
 mod server;
 mod service;
@@ -28,6 +30,7 @@ mod wire;
 
 pub use bucket::{Bucket, BucketKey, Refused};
 pub use limits::RlqsLimits;
+pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN};
 pub use server::{RlqsServer, rlqs_service};
 pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{

@@ -20,9 +20,10 @@ use std::time::Duration;
 /// says): the horizon an assignment must cover without overshoot.
 pub const REPORT_EVERY: Duration = Duration::from_secs(5);
 
-/// An assignment's time to live: three reports, so one lost report or a Sluice restart
+/// An assignment's time to live: four reports. An unchanged assignment is renewed when at most
+/// two report intervals of it are left (renew.rs), so one lost report or a Sluice restart
 /// leaves Envoy on its last assignment.
-pub const ASSIGNMENT_TTL: Duration = Duration::from_secs(15);
+pub const ASSIGNMENT_TTL: Duration = Duration::from_secs(20);
 
 /// An allow-all assignment's time to live, for a bucket no rule limits.
 pub const UNLIMITED_TTL: Duration = Duration::from_secs(3600);
@@ -40,7 +41,7 @@ pub const SLOW_FILL_INTERVAL_SECS: u64 = 60;
 const IDLE_FILL_INTERVAL_SECS: u64 = 3600;
 
 /// What the most limiting rule of a bucket's descriptor says now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Room {
     /// Requests the window has left.
     pub remaining: u64,
@@ -50,6 +51,9 @@ pub struct Room {
     pub limit: u64,
     /// The rule's window.
     pub window: Duration,
+    /// This instance's part of the room (1: its own, or alone): other Sluice instances hand
+    /// the rest to their Envoys (`Engine::fleet_parts`).
+    pub part: f64,
 }
 
 /// What an Envoy is told to do with a bucket.
@@ -111,8 +115,9 @@ pub fn allowance(room: Room, horizon: Duration) -> f64 {
     }
 }
 
-/// The assignment of an Envoy whose demand is `share` (0..=1) of the bucket's, under `room`
-/// (`None`: no rule limits the bucket).
+/// The assignment of an Envoy whose demand is `share` (0..=1) of the bucket's demand on this
+/// instance, under `room` (`None`: no rule limits the bucket), of which this instance hands
+/// out its part.
 pub fn assign(room: Option<Room>, share: f64) -> Assignment {
     let Some(room) = room else {
         return Assignment::AllowAll;
@@ -122,7 +127,12 @@ pub fn assign(room: Option<Room>, share: f64) -> Assignment {
     } else {
         1.0
     };
-    let mine = allowance(room, REPORT_EVERY) * share;
+    let part = if room.part.is_finite() {
+        room.part.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let mine = allowance(room, REPORT_EVERY) * part * share;
     // Less than one request (and the hourly token): admitting one would overshoot, so
     // nothing until the next report.
     if mine < 1.01 {
@@ -157,6 +167,7 @@ mod tests {
             reset_after: Duration::from_secs(reset_secs),
             limit,
             window: Duration::from_secs(window_secs),
+            part: 1.0,
         }
     }
 

@@ -1,10 +1,10 @@
 //! One `StreamRateLimitQuotas` stream: its domain, its buckets and what it was last told.
 //!
-//! Each report is answered at once with an action for every bucket it names: the
-//! assignment sized from the room left after counting the report (sizing.rs), or an
-//! abandon when the bucket's rule is gone (a reload removed it). Envoy reports every 5 s, so
-//! each assignment is renewed well before its 15 s TTL; one that repeats the previous
-//! numbers leaves Envoy's token bucket as it is.
+//! Each report is counted at once and answered with an action for each bucket it names whose
+//! assignment, sized from the room left after counting the report (sizing.rs), changed
+//! materially or is due for renewal before it lapses (renew.rs), and with an abandon when the
+//! bucket's rule is gone (a reload removed it). A report whose buckets all keep their
+//! assignments gets no answer.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,6 +22,7 @@ use sluice_engine::{Engine, EngineError};
 
 use super::bucket::{Bucket, BucketKey};
 use super::demand::Asked;
+use super::renew::{self, Sent};
 use super::replies::{Replies, StreamEnd};
 use super::shared::Shared;
 use super::sizing::{Assignment, Room, assign};
@@ -34,8 +35,8 @@ use crate::error::RequestError;
 pub struct QuotaStream {
     id: u64,
     domain: Option<String>,
-    /// Each bucket's last assignment.
-    buckets: HashMap<BucketKey, Assignment>,
+    /// Each bucket's last assignment sent, and when.
+    buckets: HashMap<BucketKey, Sent>,
     /// Usages of buckets beyond the stream's cap (logged once).
     overflowed: bool,
     /// Bucket ids refused (logged once).
@@ -114,6 +115,9 @@ impl QuotaStream {
                 .bucket(shared, &engine, &domain, (bucket, held), &usage)
                 .await?;
             extra_calls += u64::from(calls.saturating_sub(USUAL_CALLS));
+            let Some(action) = action else {
+                continue;
+            };
             part.push(&action);
             if part.is_full() {
                 replies.send(Ok(std::mem::take(&mut part))).await?;
@@ -175,8 +179,9 @@ impl QuotaStream {
         }
     }
 
-    /// Counts one bucket's usage and decides its action; a bucket the stream does not hold
-    /// (`held` false: it holds its most) keeps no state, so it is never abandoned.
+    /// Counts one bucket's usage and decides its action (`None`: Envoy keeps the one it has);
+    /// a bucket the stream does not hold (`held` false: it holds its most) keeps no state, so
+    /// it is never abandoned and always answered.
     async fn bucket(
         &mut self,
         shared: &Shared,
@@ -184,7 +189,7 @@ impl QuotaStream {
         domain: &str,
         (bucket, held): (Bucket, bool),
         usage: &BucketQuotaUsage,
-    ) -> Result<(BucketAction, u32), tonic::Status> {
+    ) -> Result<(Option<BucketAction>, u32), tonic::Status> {
         let allowed = usage.num_requests_allowed;
         let key = bucket.key;
         let recorded = match record(engine, domain, &bucket.entries, allowed).await {
@@ -192,6 +197,7 @@ impl QuotaStream {
             // A domain no rule file defines: nothing limits its buckets.
             Err(EngineError::UnknownDomain(_)) => Recorded {
                 counted: 0,
+                over: 0,
                 uncounted: 0,
                 room: None,
                 calls: 1,
@@ -200,16 +206,17 @@ impl QuotaStream {
         };
         metrics::counter!("sluice_rlqs_usage_total", "result" => "counted")
             .increment(recorded.counted);
+        metrics::counter!("sluice_rlqs_usage_total", "result" => "over").increment(recorded.over);
         metrics::counter!("sluice_rlqs_usage_total", "result" => "uncounted")
             .increment(recorded.uncounted);
+        // Other Sluice instances serve other Envoys from the same room: the room carries this
+        // instance's part of it (`Engine::fleet_parts`), this stream's share is of this
+        // instance's demand.
         let assignment = match recorded.room {
             None => Assignment::AllowAll,
             Some(room) => {
                 let share = self.share(shared, engine, (domain, &key, held), usage, room);
-                // Other Sluice instances serve other Envoys from the same room: this instance
-                // hands out its even part of it.
-                let fleet = engine.fleet_size().max(1) as f64;
-                assign(Some(room), share / fleet)
+                assign(Some(room), share)
             }
         };
         tracing::debug!(
@@ -217,15 +224,25 @@ impl QuotaStream {
             denied = usage.num_requests_denied, room = ?recorded.room, ?assignment,
             "rlqs assignment"
         );
+        let now = engine.now();
         let previous = if held {
-            self.buckets.insert(key.clone(), assignment)
+            self.buckets.get(&key).copied()
         } else {
             None
         };
-        let abandon =
-            recorded.room.is_none() && previous.is_some_and(|p| p != Assignment::AllowAll);
+        let abandon = recorded.room.is_none()
+            && previous.is_some_and(|p| p.assignment != Assignment::AllowAll);
+        let send = abandon || renew::due(previous, assignment, now);
         if abandon {
             self.buckets.remove(&key);
+        } else if held && send {
+            self.buckets.insert(
+                key.clone(),
+                Sent {
+                    assignment,
+                    at: now,
+                },
+            );
         }
         if recorded.room.is_none() {
             // No longer limited (or abandoned): no demand to share.
@@ -233,13 +250,13 @@ impl QuotaStream {
                 .demand
                 .forget(domain, self.id, std::iter::once(key.clone()));
         }
-        let strategy = if abandon {
-            "abandon"
-        } else {
-            strategy_name(assignment)
+        let strategy = match (abandon, send) {
+            (true, _) => "abandon",
+            (false, false) => "unchanged",
+            (false, true) => strategy_name(assignment),
         };
         metrics::counter!("sluice_rlqs_assignments_total", "strategy" => strategy).increment(1);
-        let action = action(usage.bucket_id.clone(), assignment, abandon);
+        let action = send.then(|| action(usage.bucket_id.clone(), assignment, abandon));
         Ok((action, recorded.calls))
     }
 

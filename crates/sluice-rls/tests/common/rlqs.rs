@@ -62,7 +62,11 @@ pub async fn server(limits: RlqsLimits) -> Server {
 }
 
 pub async fn server_with(rules: &str, limits: RlqsLimits) -> Server {
-    let engine = crate::common::engine(rules);
+    server_on(crate::common::engine(rules), limits).await
+}
+
+/// An RLQS server in the test's process over `engine`.
+pub async fn server_on(engine: SharedEngine, limits: RlqsLimits) -> Server {
     let options = Arc::new(ArcSwap::from_pointee(RlsOptions::default()));
     let (stop, stop_rx) = watch::channel(false);
     let handler = RateLimitQuotaGrpc::new(engine.clone(), options, limits, stop_rx);
@@ -99,6 +103,15 @@ pub fn bucket(entries: &[(&str, &str)]) -> BucketId {
         bucket: entries
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+/// The `n`th of a series of distinct bucket ids, each of 32 entries of 1 KiB.
+pub fn large_bucket(n: usize) -> BucketId {
+    BucketId {
+        bucket: (0..32)
+            .map(|i| (format!("k{i:02}"), format!("{n}-{}", "x".repeat(1000))))
             .collect(),
     }
 }

@@ -1,0 +1,112 @@
+//! RLQS across Sluice instances: two `sluice serve` sharing one Redis, an Envoy
+//! (`rate_limit_quota` filter) on each, one user's traffic at 3x the limit split 9:1 between
+//! them, then evenly. Each instance hands its Envoy its part of the room by how the fleet's
+//! admissions split (the counts the store holds), not half of it, so the fleet admits about
+//! the limit whatever the split.
+
+mod common;
+#[path = "common/envoy.rs"]
+mod envoy;
+#[path = "common/rlqs_envoy.rs"]
+mod rlqs_envoy;
+
+use std::time::Duration;
+
+use common::{Serve, upstream};
+use rlqs_envoy::{load_phases, metric, start_envoy};
+use sluice_testkit::{RedisServer, wait_until};
+
+/// Windows of 20 s: the first four at 9:1, the next four even.
+const WINDOWS: usize = 8;
+const SPLIT_AT: usize = 4;
+
+/// The admissions a window may hold, of 100. The figure is 90 to 105; measured here
+/// 96 to 107 in three runs (docs/RLQS.md): each instance reads the other's admissions a flush late and
+/// Envoy's usage reaches it a report late, so a window's first assignments miss up to ten of
+/// the other's. A busy 2-core machine (two Sluice, two Envoys, Redis, the load threads and
+/// the other tests' builds) delays reports and the load's requests by a few hundred
+/// milliseconds now and then, each moving a request or two across a window's edge: the test
+/// allows 85 to 110.
+const LOW: u64 = 85;
+const HIGH: u64 = 110;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_a_users_limit_by_their_envoys_demand() {
+    let window = Duration::from_secs(20);
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { window: 20s, requests_per_unit: 100 }\n";
+    let redis = RedisServer::start();
+    let one = Serve::start("rlqs-fleet-1", &redis.url(), &[("edge.yaml", rules)]);
+    let two = Serve::start("rlqs-fleet-2", &redis.url(), &[("edge.yaml", rules)]);
+    // Until each knows the other, each shares a limit among fewer instances than there are.
+    assert!(
+        wait_until(Duration::from_secs(30), || [&one, &two]
+            .iter()
+            .all(|s| metric(s, "sluice_fleet_instances") == 2.0)),
+        "the instances did not learn of each other: {}\n{}",
+        one.log_tail(),
+        two.log_tail()
+    );
+    let (upstream_port, _) = upstream();
+    let (_a, port_a, _) = start_envoy(one.dir(), &one, upstream_port);
+    let (_b, port_b, _) = start_envoy(two.dir(), &two, upstream_port);
+    let _aligned = common::align_to_window(window).await;
+    // 15 a second in all, 3x the limit's pace of 5: 13.5 and 1.5, then 7.5 each.
+    let loads = [
+        load_phases(
+            port_a,
+            "u",
+            &[(13.5, SPLIT_AT), (7.5, WINDOWS - SPLIT_AT)],
+            window,
+        ),
+        load_phases(
+            port_b,
+            "u",
+            &[(1.5, SPLIT_AT), (7.5, WINDOWS - SPLIT_AT)],
+            window,
+        ),
+    ];
+    let tallies: Vec<Vec<u64>> = loads.into_iter().map(|l| l.join().unwrap()).collect();
+    let total: Vec<u64> = (0..WINDOWS)
+        .map(|w| tallies[0][w] + tallies[1][w])
+        .collect();
+    eprintln!(
+        "admitted {total:?} (a {:?}, b {:?})",
+        tallies[0], tallies[1]
+    );
+    for s in [&one, &two] {
+        eprintln!(
+            "reports {}, usage counted {}, over {}, uncounted {}",
+            metric(s, "sluice_rlqs_reports_total"),
+            metric(s, "sluice_rlqs_usage_total{result=\"counted\"}"),
+            metric(s, "sluice_rlqs_usage_total{result=\"over\"}"),
+            metric(s, "sluice_rlqs_usage_total{result=\"uncounted\"}"),
+        );
+    }
+    for (w, &n) in total.iter().enumerate().skip(2) {
+        assert!(
+            (LOW..=HIGH).contains(&n),
+            "window {w} admitted {n} of 100: {total:?} (a {:?}, b {:?})",
+            tallies[0],
+            tallies[1]
+        );
+    }
+    // 9:1: the instance whose Envoy carries most of the demand admits most of the limit, 73
+    // to 82 measured. Each handing out an even part of the room, it got 62 (half of each
+    // report's room, more as the room the small Envoy left grew over the window) and the
+    // windows 91. The small Envoy still gets room.
+    for w in 2..SPLIT_AT {
+        assert!(tallies[0][w] >= 68, "window {w}: a {:?}", tallies[0]);
+        assert!(tallies[1][w] >= 7, "window {w}: b {:?}", tallies[1]);
+    }
+    // Even: neither is locked out by the split before. (Two Envoys that both want more than
+    // the room keep about the split they had, drifting to even as the floor pulls them: a
+    // tenth of the way a window.)
+    for w in SPLIT_AT..WINDOWS {
+        assert!(
+            tallies[1][w] >= 12 && tallies[0][w] >= 12,
+            "window {w}: a {:?}, b {:?}",
+            tallies[0],
+            tallies[1]
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! What a front door that hands a synced key's room on to its own clients (RLQS) reads of the
+//! key: this instance's part of the fleet's room, and the room itself; and usage its clients
+//! already admitted, recorded without a decision.
+//!
+//! The part follows how the fleet's admissions of the key split among the instances, as the
+//! store tells them at each flush (each instance's count in the window, and the previous
+//! window's as it fades out of the last window's span), with a floor: the instances the key knows of (this one, the live others, the phantoms not
+//! listed yet) keep [`FLOOR`] of the room over their number, and the rest is split by admissions. When all instances read the same
+//! counts the shares add up to one, so the parts do too: the fleet hands out no more than the
+//! room. An instance whose clients just started still gets its floor, admits it, and its count
+//! grows its share; two instances whose clients both want more than the room drift to an even
+//! split (the floor pulls them) rather than keep whatever split they started with.
+
+use sluice_core::Nanos;
+
+use super::SyncedRule;
+use super::model;
+use crate::health::StoreView;
+
+/// The part of a key's room kept evenly among the instances that know of it; the rest is
+/// split by the instances' admissions.
+pub const FLOOR: f64 = 0.1;
+
+/// This instance's part of a synced key's room, and the room the fleet has left.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct KeyPart {
+    /// This instance's part, 0..=1.
+    pub part: f64,
+    /// The fleet's room left in the window by the estimate of the global count (this
+    /// instance's budget aside); `None` where the store decides (a limit too small to share).
+    pub room: Option<u64>,
+}
+
+impl SyncedRule {
+    /// This instance's part of `key`'s room at `now` (an untracked key: an even part of the
+    /// fleet).
+    pub(crate) fn part(&self, key: &str, now: Nanos, store: StoreView) -> KeyPart {
+        let p = &self.params;
+        let parties = store.fleet.max(p.expected_instances).max(1);
+        let even = KeyPart {
+            part: 1.0 / parties as f64,
+            room: None,
+        };
+        // Decided at the store: the room is the fleet's, read by every instance alike.
+        if self.decides_at_store(store) {
+            return even;
+        }
+        let guard = self.keys.guard();
+        let Some(cell) = self.keys.get(key, &guard) else {
+            return even;
+        };
+        let mut state = cell.lock();
+        let shared_guard = self.shared.guard();
+        let mut shared = self.lock_shared(&state, key, &shared_guard);
+        let w = p.window_of(now);
+        state.roll(p, shared.as_deref_mut(), w, now);
+        let window_start = p.window_start(state.key_window(w));
+        let view = state.view();
+        let shared = shared.as_deref();
+        if !p.predictive() {
+            // Reactive: no entries, no demand shares; its own count scaled by the node estimate.
+            let nodes = model::node_estimate(&view).max(parties);
+            return KeyPart {
+                part: 1.0 / nodes as f64,
+                room: None,
+            };
+        }
+        let phantoms = model::phantoms(p, &view, shared, now, store.fleet);
+        let estimate = model::estimate(
+            p,
+            &view,
+            shared,
+            window_start,
+            now,
+            (store.health, phantoms),
+        );
+        let room = Some((p.limit as f64 - estimate).max(0.0).floor() as u64);
+        let known = 1 + phantoms + shared.map_or(0, |x| x.live_others(p, now).count() as u64);
+        // This instance's count as the store has it (what its last flushes sent), as the
+        // others read it: the shares of instances that read the same store state add up to
+        // one; with its own count fresher than theirs each took a little more.
+        let flushed = model::KeyView {
+            local: view
+                .local
+                .saturating_sub(u32::try_from(state.unsent()).unwrap_or(u32::MAX)),
+            ..view
+        };
+        let share = count_share(p, &flushed, shared, (window_start, now), phantoms)
+            .unwrap_or(1.0 / known as f64);
+        KeyPart {
+            part: with_floor(share, known),
+            room,
+        }
+    }
+
+    /// Records `count` requests of `key` admitted elsewhere (a client enforcing its own
+    /// assignment) without deciding: counted here and flushed like any admission.
+    pub(crate) fn record(&self, key: &str, now: Nanos, count: u64) {
+        let guard = self.keys.guard();
+        let entry = match self.keys.get(key, &guard) {
+            Some(k) => k,
+            None => self.keys.get_or_insert_with(
+                ecow::EcoString::from(key),
+                parking_lot::Mutex::default,
+                &guard,
+            ),
+        };
+        let mut state = entry.lock();
+        let shared_guard = self.shared.guard();
+        let shared = self.lock_shared(&state, key, &shared_guard);
+        let mut shared = shared;
+        state.record(&self.params, shared.as_deref_mut(), now, count);
+    }
+}
+
+/// This instance's share of the key's admissions over about the last window: its count in
+/// the window, and the previous window's weighted by the part of it a window back from now
+/// still covers, over the fleet's (the others' counts as their entries and the last total
+/// read tell them; instances not listed yet, `phantoms`, taken to have counted what this one
+/// has). `None` before anyone admitted anything. Counts, not rates: an Envoy's usage reaches
+/// the engine in lumps, once per report, and the rates sampled per span swung with the
+/// phase of the reports (parts adding up to 1.15 in a real fleet); counts read at each flush
+/// add up, so every instance reading the same store state gets shares that add up to one.
+fn count_share(
+    p: &super::params::SyncedParams,
+    view: &model::KeyView,
+    shared: Option<&super::shared::Shared>,
+    (window_start, now): (Nanos, Nanos),
+    phantoms: u64,
+) -> Option<f64> {
+    let elapsed = now.saturating_sub(window_start).min(p.window_ns) as f64;
+    let back = 1.0 - elapsed / p.window_ns.max(1) as f64;
+    let listed: f64 = shared.map_or(0.0, |x| x.others.iter().map(|o| f64::from(o.count)).sum());
+    let others_now = listed.max(f64::from(view.others_read));
+    let others_before = f64::from(view.prev_global.saturating_sub(view.prev_local));
+    let own = f64::from(view.local) + back * f64::from(view.prev_local);
+    let total = own * (1 + phantoms) as f64 + others_now + back * others_before;
+    (total > 0.0).then(|| own / total)
+}
+
+/// A `share` (0..=1) of the admissions of `known` instances, with [`FLOOR`] of the room kept
+/// evenly among them.
+pub(crate) fn with_floor(share: f64, known: u64) -> f64 {
+    let share = if share.is_finite() {
+        share.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let known = known.max(1) as f64;
+    FLOOR / known + (1.0 - FLOOR) * share
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_add_up_to_the_room_and_none_is_locked_out() {
+        for n in 1..=8u64 {
+            // Any split of the demand among n instances.
+            let weights: Vec<f64> = (0..n).map(|i| (i * i) as f64).collect();
+            let total: f64 = weights.iter().sum::<f64>().max(1e-9);
+            let parts: Vec<f64> = weights.iter().map(|w| with_floor(w / total, n)).collect();
+            let sum: f64 = parts.iter().sum();
+            assert!(sum <= 1.0 + 1e-9, "{n}: {parts:?}");
+            assert!(
+                parts.iter().all(|&p| p >= FLOOR / n as f64 - 1e-12),
+                "{parts:?}"
+            );
+        }
+        // Alone: the whole room.
+        assert!((with_floor(1.0, 1) - 1.0).abs() < 1e-12);
+        assert_eq!(with_floor(f64::NAN, 2), FLOOR / 2.0);
+    }
+}

@@ -1,0 +1,152 @@
+//! Which assignments a report's answer carries: only those that changed materially, or that
+//! would lapse before the next report has had a chance to renew them.
+//!
+//! Envoy keeps a bucket's token bucket when an assignment repeats its numbers (the protocol:
+//! the same strategy only extends the active assignment's time to live), and every action
+//! costs bytes on the stream and work in Envoy; a report needs no answer at all (answers are
+//! pushed on the stream when assignments change). So a bucket's action is sent when its
+//! assignment is new, changes kind (token bucket, `DENY_ALL`, `ALLOW_ALL`), changes its fill
+//! interval, or changes what it admits over a report interval (`max_tokens` plus the rate
+//! over 5 s): up by more than [`MATERIAL`] of what the previous one admitted, or down by
+//! more than [`MATERIAL_FALL`] (an Envoy kept on a larger one admits more than the room it
+//! was sized for; on a smaller one, less); or when the
+//! previous one has at most [`RENEW_WITHIN`] of its time to live left, so that it is renewed
+//! one whole report interval before it would lapse (a late or lost report leaves Envoy on it).
+//! With a 20 s time to live and reports every 5 s, an unchanged assignment goes out every
+//! other report.
+
+use std::time::Duration;
+
+use sluice_core::Nanos;
+
+use super::sizing::{Assignment, REPORT_EVERY};
+
+/// The smallest rise of what an assignment admits per report interval worth sending, as a
+/// part of what the previous one admitted.
+pub const MATERIAL: f64 = 0.1;
+
+/// The smallest fall worth sending: Envoy keeping the larger one admits more than the room it
+/// was sized for, so a fall is sent sooner than a rise.
+pub const MATERIAL_FALL: f64 = 0.02;
+
+/// An assignment with at most this much of its time to live left is renewed.
+pub const RENEW_WITHIN: Duration = Duration::from_secs(2 * REPORT_EVERY.as_secs());
+
+/// An assignment as last sent for a bucket, and when.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sent {
+    /// What was sent.
+    pub assignment: Assignment,
+    /// When (the engine's clock).
+    pub at: Nanos,
+}
+
+/// Whether `next` must be sent at `now`, after `previous` (none: never sent).
+pub fn due(previous: Option<Sent>, next: Assignment, now: Nanos) -> bool {
+    let Some(previous) = previous else {
+        return true;
+    };
+    let expires = previous
+        .at
+        .saturating_add(previous.assignment.ttl().as_nanos() as u64);
+    if expires.saturating_sub(now) <= RENEW_WITHIN.as_nanos() as u64 {
+        return true;
+    }
+    material(previous.assignment, next)
+}
+
+/// Whether `next` differs materially from `previous`.
+fn material(previous: Assignment, next: Assignment) -> bool {
+    match (previous, next) {
+        (
+            Assignment::TokenBucket {
+                fill_interval_secs: a,
+                ..
+            },
+            Assignment::TokenBucket {
+                fill_interval_secs: b,
+                ..
+            },
+        ) if a == b => {
+            let (was, now) = (
+                previous.admits_at_most(REPORT_EVERY),
+                next.admits_at_most(REPORT_EVERY),
+            );
+            now > was * (1.0 + MATERIAL) || now < was * (1.0 - MATERIAL_FALL)
+        }
+        (Assignment::AllowAll, Assignment::AllowAll)
+        | (Assignment::DenyAll, Assignment::DenyAll) => false,
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Nanos = 1_000_000_000;
+
+    fn bucket(max_tokens: u32, tokens_per_fill: u32) -> Assignment {
+        Assignment::TokenBucket {
+            max_tokens,
+            tokens_per_fill,
+            fill_interval_secs: 10,
+        }
+    }
+
+    fn sent(assignment: Assignment, at: Nanos) -> Option<Sent> {
+        Some(Sent { assignment, at })
+    }
+
+    #[test]
+    fn a_new_bucket_and_a_change_of_kind_are_sent() {
+        assert!(due(None, Assignment::DenyAll, 0));
+        assert!(due(sent(bucket(2, 36), 0), Assignment::DenyAll, S));
+        assert!(due(sent(Assignment::DenyAll, 0), bucket(2, 36), S));
+        let slow = Assignment::TokenBucket {
+            max_tokens: 2,
+            tokens_per_fill: 36,
+            fill_interval_secs: 60,
+        };
+        assert!(due(sent(bucket(2, 36), 0), slow, S));
+    }
+
+    #[test]
+    fn small_changes_wait_and_large_ones_go() {
+        // 2 + 36/10 x 5 = 20 a report interval; 21 is within a tenth, 23 is not.
+        assert!(!due(sent(bucket(2, 36), 0), bucket(2, 38), 5 * S));
+        assert!(due(sent(bucket(2, 36), 0), bucket(2, 42), 5 * S));
+        // A fall is sent from 2% on: 19 is, 20 is not.
+        assert!(due(sent(bucket(2, 36), 0), bucket(2, 34), 5 * S));
+        assert!(!due(sent(bucket(2, 36), 0), bucket(2, 36), 5 * S));
+        assert!(!due(
+            sent(Assignment::DenyAll, 0),
+            Assignment::DenyAll,
+            5 * S
+        ));
+    }
+
+    #[test]
+    fn an_unchanged_assignment_is_renewed_a_report_interval_before_it_lapses() {
+        let a = bucket(2, 36);
+        let ttl = a.ttl().as_nanos() as Nanos;
+        let renew = RENEW_WITHIN.as_nanos() as Nanos;
+        assert!(!due(sent(a, 0), a, ttl - renew - 1));
+        assert!(due(sent(a, 0), a, ttl - renew));
+        // At the next report after a renewal, at least one report interval is left.
+        assert!(renew >= 2 * REPORT_EVERY.as_nanos() as Nanos);
+        assert!(due(sent(Assignment::DenyAll, 0), Assignment::DenyAll, ttl));
+        // An allow-all of an hour is renewed too, ten seconds before it lapses.
+        let hour = Assignment::AllowAll.ttl().as_nanos() as Nanos;
+        assert!(!due(
+            sent(Assignment::AllowAll, 0),
+            Assignment::AllowAll,
+            60 * S
+        ));
+        assert!(due(
+            sent(Assignment::AllowAll, 0),
+            Assignment::AllowAll,
+            hour - renew
+        ));
+    }
+}
