@@ -5,112 +5,22 @@
 mod common;
 #[path = "common/envoy.rs"]
 mod envoy;
+#[path = "common/rlqs.rs"]
+mod rlqs_envoy;
 
-use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{Serve, http_call, upstream};
+use common::{Serve, upstream};
 use envoy::get;
+use rlqs_envoy::{metric, start_envoy};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
-use sluice_testkit::{free_port, wait_until};
+use sluice_testkit::wait_until;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 
 const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
-
-/// Envoy with the `rate_limit_quota` filter: requests with `x-user-id` go to the bucket
-/// `{user: <its value>}` of domain `edge`; before the first assignment and after one expires,
-/// requests are let through (a Sluice that is down does not take the site down).
-pub fn rlqs_envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
-    let head = envoy::head(listen, admin);
-    let clusters = envoy::clusters(upstream, sluice_grpc);
-    format!(
-        r#"
-{head}                stat_prefix: ingress
-                # A 429 answers at once (Envoy waits 1 s by default before closing after a
-                # local reply with `Connection: close`).
-                delayed_close_timeout: 0s
-                route_config:
-                  virtual_hosts:
-                    - name: all
-                      domains: ["*"]
-                      routes:
-                        - match: {{ prefix: "/" }}
-                          route: {{ cluster: upstream }}
-                http_filters:
-                  - name: envoy.filters.http.rate_limit_quota
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
-                      domain: edge
-                      rlqs_server: {{ envoy_grpc: {{ cluster_name: sluice }} }}
-                      bucket_matchers:
-                        matcher_list:
-                          matchers:
-                            - predicate:
-                                single_predicate:
-                                  input:
-                                    name: user
-                                    typed_config:
-                                      "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                                      header_name: x-user-id
-                                  value_match: {{ safe_regex: {{ google_re2: {{}}, regex: ".+" }} }}
-                              on_match:
-                                action:
-                                  name: rate_limit_quota
-                                  typed_config:
-                                    "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
-                                    bucket_id_builder:
-                                      bucket_id_builder:
-                                        user:
-                                          custom_value:
-                                            name: user
-                                            typed_config:
-                                              "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                                              header_name: x-user-id
-                                    reporting_interval: 5s
-                                    no_assignment_behavior:
-                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
-                                    expired_assignment_behavior:
-                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-{clusters}"#
-    )
-}
-
-/// A counter of Sluice's `/metrics` (0 when absent).
-fn metric(sluice: &Serve, series: &str) -> f64 {
-    let (_, text) = http_call(sluice.admin, "GET", "/metrics", "");
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
-fn start_envoy(dir: &Path, sluice: &Serve, upstream: u16) -> (envoy::Envoy, u16, u16) {
-    let (listen, admin) = (free_port(), free_port());
-    let config = dir.join(format!("envoy-{listen}.yaml"));
-    std::fs::write(
-        &config,
-        rlqs_envoy_config(listen, admin, upstream, sluice.grpc),
-    )
-    .unwrap();
-    let log_path = dir.join(format!("envoy-{listen}.log"));
-    let log = std::fs::File::create(&log_path).unwrap();
-    let envoy = envoy::start(&config, listen, Stdio::from(log));
-    assert!(
-        wait_until(Duration::from_secs(30), || get(admin, "/ready", "-").0
-            == 200),
-        "envoy did not become ready: {}",
-        std::fs::read_to_string(&log_path).unwrap_or_default()
-    );
-    (envoy, listen, admin)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_enforces_sluice_assignments_with_no_call_per_request() {
