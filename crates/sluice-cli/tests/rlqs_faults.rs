@@ -132,7 +132,7 @@ async fn a_restarted_envoy_gets_what_is_left_of_the_window() {
     // The room left after the first Envoy, the last partial interval's pace (what is admitted
     // in it lands in the next window: 5 s of the limit) and the request before the
     // assignment.
-    let most = LIMIT - a + LIMIT / 8 + 1;
+    let most = LIMIT.saturating_sub(a) + LIMIT / 8 + 1;
     assert!(
         b <= most,
         "the restarted Envoy admitted {b}, after {a} by the first: at most {most}"
