@@ -14,10 +14,10 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::path::Path;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use sluice_config::RuleSet;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::RlsOptions;
@@ -53,11 +53,7 @@ struct Sluice {
 }
 
 impl Sluice {
-    fn new(s: &Scenario, t0: u64, keys: usize) -> Self {
-        let text = crate::run::rule_file("rlqs", s);
-        let domain = sluice_config::parse_domain(Path::new("scenario"), &text)
-            .expect("generated rules are valid");
-        let rules = sluice_config::RuleSet::new(vec![domain]).expect("one domain");
+    fn new(rules: &RuleSet, t0: u64, keys: usize) -> Self {
         let clock = ManualClock::new(t0);
         let store = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
         let options = EngineOptions {
@@ -65,7 +61,7 @@ impl Sluice {
             ..EngineOptions::default()
         };
         let engine = Engine::new(
-            &rules,
+            rules,
             &Default::default(),
             store,
             Arc::new(clock.clone()) as Arc<dyn Clock>,
@@ -261,14 +257,15 @@ pub(crate) struct RlqsRun {
     pub(crate) reports: u64,
 }
 
-/// Runs the `rlqs` policy over `traffic`, the true clock at `t0` at the start.
+/// Runs the `rlqs` policy over `traffic` with Sluice's `rules` (`run::rule_file`), the true
+/// clock at `t0` at the start.
 pub(crate) fn simulate_rlqs(
-    s: &Scenario,
+    (s, rules): (&Scenario, &RuleSet),
     traffic: &Generated,
     t0: u64,
     progress: &mut dyn FnMut(u64),
 ) -> RlqsRun {
-    let mut sluice = Sluice::new(s, t0, traffic.keys.len());
+    let mut sluice = Sluice::new(rules, t0, traffic.keys.len());
     let nodes = s.nodes.count;
     let mut envoys = Envoys {
         s,

@@ -160,7 +160,7 @@ fn simulate_envoys(
     progress: &mut dyn FnMut(u64),
 ) -> PolicyReport {
     let t0 = start_of(s);
-    let run = crate::rlqs::simulate_rlqs(s, traffic, t0, progress);
+    let run = crate::rlqs::simulate_rlqs((s, &rules_for("rlqs", s)), traffic, t0, progress);
     let mut tally = tally_for(s, traffic, busiest, t0);
     let window = (s.rule.window_s * NS, false);
     let (mut admitted, mut false_denials) = (0u64, 0u64);

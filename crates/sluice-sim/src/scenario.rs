@@ -416,18 +416,9 @@ impl Scenario {
             );
         }
         if let Some(p) = &raw.policies
-            && let Some(bad) = p
-                .value
-                .iter()
-                .find(|x| !crate::policy::ALL_POLICIES.contains(&x.as_str()))
+            && let Some(problem) = policies_problem(&p.value)
         {
-            return at(
-                &p.referenced,
-                &format!(
-                    "unknown policy `{bad}`; {}",
-                    sluice_config::suggestion(bad, &crate::policy::ALL_POLICIES)
-                ),
-            );
+            return at(&p.referenced, &problem);
         }
         if let Some(r) = &raw.rlqs
             && !(0.1..=3600.0).contains(&r.value.report_interval_s)
@@ -457,6 +448,16 @@ impl Scenario {
         self.traces.push(events);
         Ok(self)
     }
+}
+
+/// What is wrong with a scenario's `policies`, if anything.
+fn policies_problem(policies: &[String]) -> Option<String> {
+    let all = &crate::policy::ALL_POLICIES;
+    let bad = policies.iter().find(|x| !all.contains(&x.as_str()))?;
+    Some(format!(
+        "unknown policy `{bad}`; {}",
+        sluice_config::suggestion(bad, all)
+    ))
 }
 
 /// What is wrong with a scenario's `rule`, if anything.

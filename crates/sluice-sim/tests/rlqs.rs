@@ -61,3 +61,11 @@ fn a_user_under_the_limit_is_not_locked_out() {
     );
     assert_eq!(p.over_max_pct, 0.0);
 }
+
+#[test]
+fn a_report_interval_out_of_range_is_refused_where_it_is_written() {
+    let text = "duration_s: 10\nseed: 1\nrule: { limit: 10, window_s: 10 }\nnodes: { count: 1 }\ntraffic: []\nrlqs: { report_interval_s: 0 }\n";
+    let e = Scenario::parse("bad.yaml", text).unwrap_err();
+    assert_eq!(e.line, 6, "{e}");
+    assert!(e.message.contains("rlqs.report_interval_s"), "{e}");
+}
