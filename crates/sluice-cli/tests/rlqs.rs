@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use common::{Serve, upstream};
 use envoy::get;
-use rlqs_envoy::{metric, start_envoy};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
+use rlqs_envoy::{metric, start_envoy};
 use sluice_testkit::wait_until;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 

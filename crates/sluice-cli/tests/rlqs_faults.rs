@@ -53,9 +53,9 @@ fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_co
     let (gone, _) = burst(listen, "alice", 30);
     assert!(gone <= 3, "admitted {gone} of 30 right after the kill");
     admitted += gone;
-    std::thread::sleep(Duration::from_secs(8).saturating_sub(Duration::from_secs_f64(
-        since(&clock, killed),
-    )));
+    std::thread::sleep(
+        Duration::from_secs(8).saturating_sub(Duration::from_secs_f64(since(&clock, killed))),
+    );
     let (later, _) = burst(listen, "alice", 20);
     assert!(later <= 3, "admitted {later} of 20 8 s after the kill");
     admitted += later;
@@ -137,11 +137,7 @@ async fn a_restarted_envoy_gets_what_is_left_of_the_window() {
         b <= most,
         "the restarted Envoy admitted {b}, after {a} by the first: at most {most}"
     );
-    assert!(
-        a + b >= LIMIT * 3 / 4,
-        "both admitted {} of {LIMIT}",
-        a + b
-    );
+    assert!(a + b >= LIMIT * 3 / 4, "both admitted {} of {LIMIT}", a + b);
     assert_eq!(hits.load(Ordering::Relaxed) as usize, a + b);
 }
 

@@ -68,7 +68,9 @@ impl TokenBucket {
 enum Enforced {
     /// No assignment yet, or the last one expired: the fallback (`ALLOW_ALL`).
     Fallback,
-    Blanket { allow: bool },
+    Blanket {
+        allow: bool,
+    },
     Bucket {
         numbers: Assignment,
         bucket: TokenBucket,
@@ -155,9 +157,13 @@ impl EnvoyBucket {
         self.enforced = match (a, self.enforced) {
             (Assignment::AllowAll, _) => Enforced::Blanket { allow: true },
             (Assignment::DenyAll, _) => Enforced::Blanket { allow: false },
-            (numbers, Enforced::Bucket { numbers: old, bucket }) if old == numbers => {
-                Enforced::Bucket { numbers, bucket }
-            }
+            (
+                numbers,
+                Enforced::Bucket {
+                    numbers: old,
+                    bucket,
+                },
+            ) if old == numbers => Enforced::Bucket { numbers, bucket },
             (
                 Assignment::TokenBucket {
                     max_tokens,

@@ -162,7 +162,11 @@ impl<'a> Envoys<'a> {
 
     fn sluice_down(&self, t: u64) -> bool {
         let secs = t / NS;
-        self.s.store.outages.iter().any(|&(a, b)| (a..b).contains(&secs))
+        self.s
+            .store
+            .outages
+            .iter()
+            .any(|&(a, b)| (a..b).contains(&secs))
     }
 
     fn leaves(&self, node: usize, t: u64) -> bool {

@@ -166,7 +166,8 @@ fn simulate_envoys(
     let (mut admitted, mut false_denials) = (0u64, 0u64);
     for (&Arrival { t, key, cost, .. }, &allowed) in traffic.arrivals.iter().zip(&run.decisions) {
         admitted += u64::from(allowed);
-        false_denials += u64::from(tally.record((key, t, t0 + t), (u64::from(cost), allowed), window));
+        false_denials +=
+            u64::from(tally.record((key, t, t0 + t), (u64::from(cost), allowed), window));
     }
     for key in 0..tally.counts.len() {
         let c = tally.counts[key];

@@ -110,7 +110,11 @@ pub fn burst(port: u16, user: &str, n: usize) -> (usize, usize) {
     let codes: Vec<u16> = (0..n).map(|_| get(port, "/", user).0).collect();
     let admitted = codes.iter().filter(|&&c| c == 200).count();
     let denied = codes.iter().filter(|&&c| c == 429).count();
-    assert_eq!(admitted + denied, n, "answers other than 200 and 429: {codes:?}");
+    assert_eq!(
+        admitted + denied,
+        n,
+        "answers other than 200 and 429: {codes:?}"
+    );
     (admitted, denied)
 }
 
