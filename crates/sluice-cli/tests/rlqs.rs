@@ -5,7 +5,7 @@
 mod common;
 #[path = "common/envoy.rs"]
 mod envoy;
-#[path = "common/rlqs.rs"]
+#[path = "common/rlqs_envoy.rs"]
 mod rlqs_envoy;
 
 use std::sync::atomic::Ordering;
@@ -16,7 +16,7 @@ use envoy::get;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
-use rlqs_envoy::{metric, start_envoy};
+use rlqs_envoy::{load, metric, start_envoy};
 use sluice_testkit::wait_until;
 use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
 
@@ -108,37 +108,6 @@ async fn sigterm_ends_rlqs_streams_cleanly() {
         .expect("the stream ended");
     assert!(matches!(end, Ok(None)), "{end:?}");
     drop(tx);
-}
-
-/// Sends `per_second` requests of `user` to Envoy's `port` until `windows` windows have
-/// passed, and tallies the upstream's admissions (200s) per window of `window`.
-fn load(
-    port: u16,
-    user: &'static str,
-    per_second: f64,
-    window: Duration,
-    windows: usize,
-) -> std::thread::JoinHandle<Vec<u64>> {
-    std::thread::spawn(move || {
-        use sluice_core::{Clock, SystemClock};
-        let clock = SystemClock::new();
-        let window_ns = window.as_nanos() as u64;
-        let first = clock.now() / window_ns;
-        let gap = Duration::from_secs_f64(1.0 / per_second);
-        let mut admitted = vec![0u64; windows];
-        let mut next = clock.now();
-        loop {
-            let w = (clock.now() / window_ns - first) as usize;
-            if w >= windows {
-                return admitted;
-            }
-            if get(port, "/", user).0 == 200 {
-                admitted[w] += 1;
-            }
-            next += gap.as_nanos() as u64;
-            std::thread::sleep(Duration::from_nanos(next.saturating_sub(clock.now())));
-        }
-    })
 }
 
 /// Two Envoys, one user's traffic at 3x a limit of 100 per 20 s, split evenly (user `even`)

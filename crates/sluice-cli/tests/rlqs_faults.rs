@@ -7,7 +7,7 @@
 mod common;
 #[path = "common/envoy.rs"]
 mod envoy;
-#[path = "common/rlqs.rs"]
+#[path = "common/rlqs_envoy.rs"]
 mod rlqs_envoy;
 
 use std::sync::atomic::Ordering;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::{Serve, http_call, upstream};
 use envoy::get;
-use rlqs_envoy::{burst, hammer, metric, start_envoy, wait_metric};
+use rlqs_envoy::{metric, start_envoy};
 use sluice_core::{Clock, SystemClock};
 use sluice_testkit::wait_until;
 
@@ -23,15 +23,57 @@ const TOKEN_BUCKETS: &str = "sluice_rlqs_assignments_total{strategy=\"token_buck
 const COUNTED: &str = "sluice_rlqs_usage_total{result=\"counted\"}";
 const UNCOUNTED: &str = "sluice_rlqs_usage_total{result=\"uncounted\"}";
 
+/// Sends `n` requests of `user` to Envoy's `port` one after another: (admitted, denied).
+fn burst(port: u16, user: &str, n: usize) -> (usize, usize) {
+    let codes: Vec<u16> = (0..n).map(|_| get(port, "/", user).0).collect();
+    let admitted = codes.iter().filter(|&&c| c == 200).count();
+    let denied = codes.iter().filter(|&&c| c == 429).count();
+    assert_eq!(
+        admitted + denied,
+        n,
+        "answers other than 200 and 429: {codes:?}"
+    );
+    (admitted, denied)
+}
+
+/// Sends `user`'s requests to Envoy's `port` every 50 ms while `more()` holds: (admitted,
+/// denied).
+fn hammer(port: u16, user: &str, more: impl Fn() -> bool) -> (usize, usize) {
+    let (mut admitted, mut denied) = (0, 0);
+    while more() {
+        match get(port, "/", user).0 {
+            200 => admitted += 1,
+            429 => denied += 1,
+            other => panic!("envoy answered {other}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (admitted, denied)
+}
+
+/// Waits (up to `within`) until Sluice's counter `series` reaches `at_least`.
+fn wait_metric(sluice: &Serve, series: &str, at_least: f64, within: Duration) {
+    assert!(
+        wait_until(within, || metric(sluice, series) >= at_least),
+        "{series} is {} after {within:?}, not {at_least}; sluice log: {}",
+        metric(sluice, series),
+        sluice.log_tail()
+    );
+}
+
 /// Seconds since `start` on `clock`.
 fn since(clock: &SystemClock, start: u64) -> f64 {
     clock.now().saturating_sub(start) as f64 / 1e9
 }
 
-/// Sluice killed: Envoy keeps enforcing its last token bucket until the assignment's TTL
-/// (15 s from its last report's answer, so at least 10 s after the kill), then applies
-/// `expired_assignment_behavior` (`ALLOW_ALL`: every request through); Sluice started again
-/// on the same port: Envoy reconnects on its 5 s report timer and the limit holds again.
+/// Sluice killed: Envoy keeps enforcing its last token bucket until the assignment's TTL runs
+/// out, then applies `expired_assignment_behavior` (`ALLOW_ALL`: every request through);
+/// Sluice started again on the same port: Envoy reconnects on its 5 s report timer and the
+/// limit holds again.
+///
+/// When the kill comes, the assignment in force has at least one report interval (5 s) of
+/// its TTL left (Sluice renews assignments before they have less) and at most its whole TTL
+/// (15 s; the bounds below hold up to 20 s).
 #[test]
 fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_comes_back() {
     let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
@@ -48,20 +90,19 @@ fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_co
     let clock = SystemClock::new();
     sluice.kill();
     let killed = clock.now();
-    // Still enforced with Sluice gone: the last assignment lives 15 s, and the last answer
-    // came at most one report interval (5 s) before the kill.
+    // Still enforced with Sluice gone, right after the kill and 4 s later.
     let (gone, _) = burst(listen, "alice", 30);
     assert!(gone <= 3, "admitted {gone} of 30 right after the kill");
     admitted += gone;
     std::thread::sleep(
-        Duration::from_secs(8).saturating_sub(Duration::from_secs_f64(since(&clock, killed))),
+        Duration::from_secs(4).saturating_sub(Duration::from_secs_f64(since(&clock, killed))),
     );
     let (later, _) = burst(listen, "alice", 20);
-    assert!(later <= 3, "admitted {later} of 20 8 s after the kill");
+    assert!(later <= 3, "admitted {later} of 20 4 s after the kill");
     admitted += later;
     // Then the assignment expires and `ALLOW_ALL` lets everything through.
     let mut open_after = None;
-    while since(&clock, killed) < 25.0 {
+    while since(&clock, killed) < 30.0 {
         let (ok, _) = burst(listen, "alice", 10);
         admitted += ok;
         if ok == 10 {
@@ -70,11 +111,12 @@ fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_co
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    let open_after = open_after.expect("the assignment never expired (25 s after the kill)");
+    let open_after = open_after.expect("the assignment never expired (30 s after the kill)");
     assert!(
-        (10.0..=17.0).contains(&open_after),
-        "failed open {open_after:.1} s after the kill; the TTL is 15 s from the last answer"
+        (5.0..=22.0).contains(&open_after),
+        "failed open {open_after:.1} s after the kill: not within the last assignment's TTL"
     );
+    eprintln!("failed open {open_after:.1} s after the kill");
     let (open, denied) = burst(listen, "alice", 30);
     assert_eq!((open, denied), (30, 0), "with the assignment expired");
     admitted += open;

@@ -1,5 +1,6 @@
-//! Envoys with the `rate_limit_quota` filter in front of an upstream, getting their
-//! assignments from a `sluice serve`: their config, and reading Sluice's counters.
+//! What the tests of RLQS with real Envoys share: an Envoy with the `rate_limit_quota` filter
+//! in front of an upstream, getting its assignments from one `sluice serve`, a counter of
+//! Sluice's metrics, and a steady load of one user's requests tallied per window.
 
 #![allow(dead_code)]
 
@@ -83,8 +84,6 @@ pub fn metric(sluice: &Serve, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Starts an Envoy (config above, log in `dir`) in front of `upstream`, asking `sluice` for
-/// assignments: the process, its listener's port and its admin port.
 pub fn start_envoy(dir: &Path, sluice: &Serve, upstream: u16) -> (envoy::Envoy, u16, u16) {
     let (listen, admin) = (free_port(), free_port());
     let config = dir.join(format!("envoy-{listen}.yaml"));
@@ -105,40 +104,47 @@ pub fn start_envoy(dir: &Path, sluice: &Serve, upstream: u16) -> (envoy::Envoy, 
     (envoy, listen, admin)
 }
 
-/// Sends `n` requests of `user` to Envoy's `port` one after another: (admitted, denied).
-pub fn burst(port: u16, user: &str, n: usize) -> (usize, usize) {
-    let codes: Vec<u16> = (0..n).map(|_| get(port, "/", user).0).collect();
-    let admitted = codes.iter().filter(|&&c| c == 200).count();
-    let denied = codes.iter().filter(|&&c| c == 429).count();
-    assert_eq!(
-        admitted + denied,
-        n,
-        "answers other than 200 and 429: {codes:?}"
-    );
-    (admitted, denied)
+/// Sends `per_second` requests of `user` to Envoy's `port` until `windows` windows have
+/// passed, and tallies the upstream's admissions (200s) per window of `window`.
+pub fn load(
+    port: u16,
+    user: &'static str,
+    per_second: f64,
+    window: Duration,
+    windows: usize,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    load_phases(port, user, &[(per_second, windows)], window)
 }
 
-/// Sends `user`'s requests to Envoy's `port` every 50 ms while `more()` holds: (admitted,
-/// denied).
-pub fn hammer(port: u16, user: &str, more: impl Fn() -> bool) -> (usize, usize) {
-    let (mut admitted, mut denied) = (0, 0);
-    while more() {
-        match get(port, "/", user).0 {
-            200 => admitted += 1,
-            429 => denied += 1,
-            other => panic!("envoy answered {other}"),
+/// Like [`load`], in phases: `(per_second, windows)` each, one after the other.
+pub fn load_phases(
+    port: u16,
+    user: &'static str,
+    phases: &[(f64, usize)],
+    window: Duration,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    // The rate of each window.
+    let rates: Vec<f64> = phases
+        .iter()
+        .flat_map(|&(rate, n)| std::iter::repeat_n(rate, n))
+        .collect();
+    std::thread::spawn(move || {
+        use sluice_core::{Clock, SystemClock};
+        let clock = SystemClock::new();
+        let window_ns = window.as_nanos() as u64;
+        let first = clock.now() / window_ns;
+        let mut admitted = vec![0u64; rates.len()];
+        let mut next = clock.now();
+        loop {
+            let w = (clock.now() / window_ns - first) as usize;
+            let Some(rate) = rates.get(w) else {
+                return admitted;
+            };
+            if get(port, "/", user).0 == 200 {
+                admitted[w] += 1;
+            }
+            next += Duration::from_secs_f64(1.0 / rate).as_nanos() as u64;
+            std::thread::sleep(Duration::from_nanos(next.saturating_sub(clock.now())));
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (admitted, denied)
-}
-
-/// Waits (up to `within`) until Sluice's counter `series` reaches `at_least`.
-pub fn wait_metric(sluice: &Serve, series: &str, at_least: f64, within: Duration) {
-    assert!(
-        wait_until(within, || metric(sluice, series) >= at_least),
-        "{series} is {} after {within:?}, not {at_least}; sluice log: {}",
-        metric(sluice, series),
-        sluice.log_tail()
-    );
+    })
 }
