@@ -94,6 +94,10 @@ enum Command {
         /// Print the table as Markdown.
         #[arg(long)]
         markdown: bool,
+        /// The policies to run, comma-separated (instead of the scenario's `policies`), e.g.
+        /// `predictive,rlqs`.
+        #[arg(long, value_delimiter = ',')]
+        policies: Vec<String>,
     },
 }
 
@@ -130,7 +134,8 @@ fn main() -> ExitCode {
             scenario,
             out,
             markdown,
-        } => simulate(&scenario, &out, markdown),
+            policies,
+        } => simulate(&scenario, &out, markdown, policies),
         Command::Status {
             admin,
             config,
@@ -225,9 +230,22 @@ fn simulate(
     file: &std::path::Path,
     out: &std::path::Path,
     markdown: bool,
+    policies: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
-    let scenario = sluice_sim::Scenario::load(file)?;
+    let mut scenario = sluice_sim::Scenario::load(file)?;
+    if let Some(bad) = policies
+        .iter()
+        .find(|p| !sluice_sim::ALL_POLICIES.contains(&p.as_str()))
+    {
+        anyhow::bail!(
+            "unknown policy `{bad}` in --policies; {}",
+            sluice_config::suggestion(bad, &sluice_sim::ALL_POLICIES)
+        );
+    }
+    if !policies.is_empty() {
+        scenario.policies = Some(policies);
+    }
     // A progress bar once a run has taken a second (on a terminal only).
     let clock = sluice_core::SystemClock::default();
     let started = sluice_core::Clock::now(&clock);

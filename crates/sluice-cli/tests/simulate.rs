@@ -87,3 +87,37 @@ fn a_bad_scenario_is_named_with_its_line_and_column() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn policies_on_the_command_line_replace_the_scenarios() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("sluice-simulate-p-{}", std::process::id()));
+    let simulate = |policies: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("simulate")
+            .arg(root.join("examples/scenarios/seed.yaml"))
+            .arg("--out")
+            .arg(&out)
+            .args(["--markdown", "--policies", policies])
+            .output()
+            .unwrap()
+    };
+    let run = simulate("predictive,rlqs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let rows: Vec<String> = String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("| ")?.split(' ').next().map(str::to_owned))
+        .filter(|p| p != "policy")
+        .collect();
+    assert_eq!(rows, ["predictive", "rlqs"]);
+    let bad = simulate("predictive,rlq");
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("unknown policy `rlq`"), "{stderr}");
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -147,13 +147,21 @@ impl NodeTimer<'_> {
 
 /// A flush's round trip to the store, drawn log-normal through the scenario's median and 99th
 /// percentile (`store.latency_ms`; none: no latency).
-struct LatencyDraw {
+pub(crate) struct LatencyDraw {
     rng: Rng,
     latency: Option<Latency>,
 }
 
 impl LatencyDraw {
-    fn sample(&mut self) -> Duration {
+    /// Draws from `latency` with the scenario's `seed` and a `stream` of its own.
+    pub(crate) fn new(seed: u64, stream: u64, latency: Option<Latency>) -> Self {
+        Self {
+            rng: Rng::seeded(seed, stream),
+            latency,
+        }
+    }
+
+    pub(crate) fn sample(&mut self) -> Duration {
         let Some(l) = self.latency else {
             return Duration::ZERO;
         };
@@ -201,10 +209,7 @@ impl<'e> Timers<'e> {
             fleet,
             leave,
             nodes,
-            latency: LatencyDraw {
-                rng: Rng::seeded(s.seed, 0xfeed),
-                latency: s.store.latency_ms,
-            },
+            latency: LatencyDraw::new(s.seed, 0xfeed, s.store.latency_ms),
             tick_ns: span_ns.clamp(1, NS),
             observer,
             estimates: Vec::new(),

@@ -18,18 +18,22 @@
 //! ```
 
 pub mod classes;
+mod envoy;
 mod fleet;
 mod plot;
 mod policy;
 mod report;
+mod rlqs;
 mod run;
 mod scenario;
 mod tally;
 mod traffic;
 
 pub use plot::write_plots;
-pub use policy::POLICIES;
+pub use policy::{ALL_POLICIES, POLICIES};
 pub use report::{EstimateSample, PolicyReport, Report};
 pub use run::{rule_file, run, run_with_progress};
-pub use scenario::{Latency, NodeSpec, RuleSpec, Scenario, ScenarioError, StoreSpec, Traffic};
+pub use scenario::{
+    Latency, NodeSpec, RlqsSpec, RuleSpec, Scenario, ScenarioError, StoreSpec, Traffic,
+};
 pub use traffic::{Request, requests};

@@ -21,7 +21,7 @@ pub struct PlotError {
 }
 
 /// One color per policy of `ALL_POLICIES`, in its order.
-const COLORS: [RGBColor; 7] = [
+const COLORS: [RGBColor; 8] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
@@ -29,6 +29,7 @@ const COLORS: [RGBColor; 7] = [
     RGBColor(148, 103, 189),
     RGBColor(255, 127, 14),
     RGBColor(127, 127, 127),
+    RGBColor(140, 86, 75),
 ];
 
 fn color(policy: &str) -> RGBColor {

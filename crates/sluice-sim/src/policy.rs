@@ -14,8 +14,9 @@ pub const POLICIES: [&str; 5] = [
 
 /// Every policy a scenario may name: [`POLICIES`], `predictive_share` (`predictive` with
 /// `small_limits: share`: a limit too small to share is still shared, never decided at the
-/// store) and `local` (`mode: local` as written: every node allows the whole limit).
-pub const ALL_POLICIES: [&str; 7] = [
+/// store), `local` (`mode: local` as written: every node allows the whole limit) and `rlqs`
+/// (each node an Envoy enforcing the assignments of one Sluice over RLQS; see `rlqs.rs`).
+pub const ALL_POLICIES: [&str; 8] = [
     "reactive",
     "predictive",
     "predictive_sliding",
@@ -23,4 +24,5 @@ pub const ALL_POLICIES: [&str; 7] = [
     "exact",
     "split",
     "local",
+    "rlqs",
 ];

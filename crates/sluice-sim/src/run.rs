@@ -43,7 +43,8 @@ pub fn rule_file(policy: &str, s: &Scenario) -> String {
         "predictive_share" => (r.limit, synced("predictive", ", small_limits: share")),
         "predictive_sliding" => (r.limit, synced("predictive", ", algorithm: sliding_window")),
         "exact" => (r.limit, "mode: exact, on_store_error: deny".to_owned()),
-        "local" => (r.limit, "mode: local".to_owned()),
+        // One Sluice serving every Envoy: its local count is the exact one.
+        "local" | "rlqs" => (r.limit, "mode: local".to_owned()),
         _ => ((r.limit / expected).max(1), "mode: local".to_owned()),
     };
     format!(
@@ -65,24 +66,9 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-/// Simulates `policy` on `traffic`: every request decided by its node's engine at its time,
-/// the nodes' flush timers fired in between, the true counts kept alongside.
-fn simulate(
-    policy: &str,
-    s: &Scenario,
-    traffic: &Generated,
-    (busiest, observer): (u32, usize),
-    progress: &mut dyn FnMut(u64),
-) -> PolicyReport {
-    let window_ns = s.rule.window_s * NS;
-    let t0 = 1_800_000_000_000_000_000u64.div_ceil(window_ns) * window_ns;
-    let fleet = Fleet::new(&rules_for(policy, s), s, t0);
-    let busiest_key = traffic
-        .keys
-        .get(busiest as usize)
-        .map_or("", String::as_str);
-    let mut timers = Timers::new(&fleet, s, (observer, busiest_key));
-    let mut tally = Tally {
+/// The tally of a run over `traffic` starting at `t0` (true clock).
+fn tally_for<'t>(s: &Scenario, traffic: &'t Generated, busiest: u32, t0: u64) -> Tally<'t> {
+    Tally {
         limit: s.rule.limit,
         busiest,
         over: Vec::new(),
@@ -93,11 +79,40 @@ fn simulate(
         busiest_series: Default::default(),
         counts: vec![KeyCount::default(); traffic.keys.len()],
         closed: Vec::new(),
-        first_window: t0 / window_ns,
+        first_window: t0 / (s.rule.window_s * NS),
         attacks: &traffic.attacks,
         full_at: vec![None; traffic.attacks.len()],
         reactions: vec![None; traffic.attacks.len()],
-    };
+    }
+}
+
+/// The start of a run on the true clock: a window boundary.
+fn start_of(s: &Scenario) -> u64 {
+    let window_ns = s.rule.window_s * NS;
+    1_800_000_000_000_000_000u64.div_ceil(window_ns) * window_ns
+}
+
+/// Simulates `policy` on `traffic`: every request decided by its node's engine at its time,
+/// the nodes' flush timers fired in between, the true counts kept alongside.
+fn simulate(
+    policy: &str,
+    s: &Scenario,
+    traffic: &Generated,
+    (busiest, observer): (u32, usize),
+    progress: &mut dyn FnMut(u64),
+) -> PolicyReport {
+    if policy == "rlqs" {
+        return simulate_envoys(s, traffic, busiest, progress);
+    }
+    let window_ns = s.rule.window_s * NS;
+    let t0 = start_of(s);
+    let fleet = Fleet::new(&rules_for(policy, s), s, t0);
+    let busiest_key = traffic
+        .keys
+        .get(busiest as usize)
+        .map_or("", String::as_str);
+    let mut timers = Timers::new(&fleet, s, (observer, busiest_key));
+    let mut tally = tally_for(s, traffic, busiest, t0);
     let window = (window_ns, policy == "predictive_sliding");
     let (mut admitted, mut false_denials) = (0u64, 0u64);
     for (n, &Arrival { t, node, key, cost }) in traffic.arrivals.iter().enumerate() {
@@ -134,6 +149,38 @@ fn simulate(
         estimates,
     };
     report_of(policy, s, traffic, tally, outcome)
+}
+
+/// The `rlqs` policy (rlqs.rs): the nodes are Envoys deciding by their assignments; its "store
+/// operations" are the reports Sluice answered, the calls to the shared state.
+fn simulate_envoys(
+    s: &Scenario,
+    traffic: &Generated,
+    busiest: u32,
+    progress: &mut dyn FnMut(u64),
+) -> PolicyReport {
+    let t0 = start_of(s);
+    let run = crate::rlqs::simulate_rlqs((s, &rules_for("rlqs", s)), traffic, t0, progress);
+    let mut tally = tally_for(s, traffic, busiest, t0);
+    let window = (s.rule.window_s * NS, false);
+    let (mut admitted, mut false_denials) = (0u64, 0u64);
+    for (&Arrival { t, key, cost, .. }, &allowed) in traffic.arrivals.iter().zip(&run.decisions) {
+        admitted += u64::from(allowed);
+        false_denials +=
+            u64::from(tally.record((key, t, t0 + t), (u64::from(cost), allowed), window));
+    }
+    for key in 0..tally.counts.len() {
+        let c = tally.counts[key];
+        tally.close(key as u32, c);
+    }
+    let outcome = Outcome {
+        admitted,
+        false_denials,
+        store_ops: run.reports,
+        store_commands: run.reports,
+        estimates: Vec::new(),
+    };
+    report_of("rlqs", s, traffic, tally, outcome)
 }
 
 /// What a simulation counted besides the tally.

@@ -22,6 +22,8 @@ pub struct Scenario {
     pub store: StoreSpec,
     /// Policies to compare (default: all five).
     pub policies: Option<Vec<String>>,
+    /// How the `rlqs` policy's Envoys report.
+    pub rlqs: RlqsSpec,
     /// Requests read from trace files (one list per `trace` generator, in order).
     pub(crate) traces: Vec<Vec<TraceEvent>>,
 }
@@ -259,6 +261,28 @@ impl Default for StoreSpec {
     }
 }
 
+/// The `rlqs` policy: each node is an Envoy with the `rate_limit_quota` filter.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlqsSpec {
+    /// Seconds between an Envoy's usage reports (Envoy 1.40 reports every 5 s whatever its
+    /// `reporting_interval` says; Sluice sizes its assignments for 5 s).
+    #[serde(default = "default_report_interval")]
+    pub report_interval_s: f64,
+}
+
+fn default_report_interval() -> f64 {
+    5.0
+}
+
+impl Default for RlqsSpec {
+    fn default() -> Self {
+        Self {
+            report_interval_s: default_report_interval(),
+        }
+    }
+}
+
 /// A latency distribution.
 #[derive(Clone, Copy, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -307,6 +331,8 @@ struct Raw {
     store: Option<Spanned<StoreSpec>>,
     #[serde(default)]
     policies: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    rlqs: Option<Spanned<RlqsSpec>>,
 }
 
 impl Scenario {
@@ -390,17 +416,16 @@ impl Scenario {
             );
         }
         if let Some(p) = &raw.policies
-            && let Some(bad) = p
-                .value
-                .iter()
-                .find(|x| !crate::policy::ALL_POLICIES.contains(&x.as_str()))
+            && let Some(problem) = policies_problem(&p.value)
+        {
+            return at(&p.referenced, &problem);
+        }
+        if let Some(r) = &raw.rlqs
+            && !(0.1..=3600.0).contains(&r.value.report_interval_s)
         {
             return at(
-                &p.referenced,
-                &format!(
-                    "unknown policy `{bad}`; {}",
-                    sluice_config::suggestion(bad, &crate::policy::ALL_POLICIES)
-                ),
+                &r.referenced,
+                "rlqs.report_interval_s must be between 0.1 and 3600",
             );
         }
         Ok(Scenario {
@@ -411,6 +436,7 @@ impl Scenario {
             traffic: raw.traffic.value.into_iter().map(|t| t.value).collect(),
             store: store.map(|(s, _)| s.value).unwrap_or_default(),
             policies: raw.policies.map(|p| p.value),
+            rlqs: raw.rlqs.map(|r| r.value).unwrap_or_default(),
             traces: Vec::new(),
         })
     }
@@ -422,6 +448,16 @@ impl Scenario {
         self.traces.push(events);
         Ok(self)
     }
+}
+
+/// What is wrong with a scenario's `policies`, if anything.
+fn policies_problem(policies: &[String]) -> Option<String> {
+    let all = &crate::policy::ALL_POLICIES;
+    let bad = policies.iter().find(|x| !all.contains(&x.as_str()))?;
+    Some(format!(
+        "unknown policy `{bad}`; {}",
+        sluice_config::suggestion(bad, all)
+    ))
 }
 
 /// What is wrong with a scenario's `rule`, if anything.

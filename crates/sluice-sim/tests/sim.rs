@@ -415,7 +415,7 @@ fn bad_scenarios_get_precise_errors() {
         ),
         (
             "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic: []\npolicies: [predictve]\n",
-            "bad.yaml:6:11: unknown policy `predictve`; did you mean `predictive`? (valid: `reactive`, `predictive`, `predictive_sliding`, `predictive_share`, `exact`, `split`, `local`)",
+            "bad.yaml:6:11: unknown policy `predictve`; did you mean `predictive`? (valid: `reactive`, `predictive`, `predictive_sliding`, `predictive_share`, `exact`, `split`, `local`, `rlqs`)",
         ),
         (
             "",

@@ -157,6 +157,11 @@ impl DemandBook {
             .keys
             .len()
     }
+
+    /// Whether the book holds no bucket.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod usage;
 mod wire;
 
 pub use bucket::{Bucket, BucketKey, Refused};
+pub use demand::{Asked, DemandBook};
 pub use limits::RlqsLimits;
 pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN};
 pub use server::{RlqsServer, rlqs_service};
@@ -36,6 +37,7 @@ pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{
     ASSIGNMENT_TTL, Assignment, REPORT_EVERY, Room, UNLIMITED_TTL, allowance, assign,
 };
+pub use usage::{Recorded, record};
 pub use wire::{RESPONSE_PART_BYTES, WireReport, WireResponse};
 
 /// The path prefix of the service's calls (`sluice serve` lets these streams past the

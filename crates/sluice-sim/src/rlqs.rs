@@ -1,0 +1,299 @@
+//! The `rlqs` policy: each simulated node is an Envoy with the `rate_limit_quota` filter
+//! (envoy.rs), one simulated Sluice serves them all as the RLQS door does.
+//!
+//! Requests are decided by the node's bucket for their key, with no call to Sluice. A new
+//! bucket is reported at once, then every bucket on the node's report timer
+//! (`rlqs.report_interval_s`, 5 s as Envoy 1.40); a report reaches Sluice after half a round
+//! trip drawn from `store.latency_ms`, and its answer reaches the Envoy after the other half.
+//! Sluice is the real door's code: `record` counts the usage in a real `Engine` (one instance,
+//! the rule in `mode: local`, which is exact for one instance) and reads the room, the
+//! `DemandBook` gives the Envoy its share of the bucket's demand, and `assign` sizes the token
+//! bucket; only the stream around them (wire types, pace, bounds) is left out. The store's
+//! outages are Sluice unreachable: a report that lands in one is lost with its counts, as Envoy
+//! drops what it built while its stream was down.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use sluice_config::RuleSet;
+use sluice_core::{Clock, ManualClock};
+use sluice_engine::{Engine, EngineOptions};
+use sluice_rls::RlsOptions;
+use sluice_rls::rlqs::{Asked, Assignment, Bucket, BucketKey, DemandBook, assign, record};
+use sluice_store::MemoryStore;
+
+use crate::envoy::{EnvoyBucket, Usage};
+use crate::fleet::{LatencyDraw, NS, ready};
+use crate::scenario::Scenario;
+use crate::traffic::{Arrival, Generated};
+
+/// What happens next, in time order (`seq` breaks ties in the order events were made).
+#[derive(Debug)]
+enum Event {
+    /// A node's report timer.
+    Timer { node: usize },
+    /// A report reaches Sluice.
+    Report { node: usize, usages: Vec<Usage> },
+    /// Sluice's answer reaches the node.
+    Answer {
+        node: usize,
+        actions: Vec<(u32, Assignment)>,
+    },
+}
+
+/// The simulated Sluice: its engine, its clock and the demand book of its streams.
+struct Sluice {
+    clock: ManualClock,
+    engine: Engine,
+    book: DemandBook,
+    keys: Vec<Option<BucketKey>>,
+    reports: u64,
+}
+
+impl Sluice {
+    fn new(rules: &RuleSet, t0: u64, keys: usize) -> Self {
+        let clock = ManualClock::new(t0);
+        let store = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
+        let options = EngineOptions {
+            exact_budget_timer: false,
+            ..EngineOptions::default()
+        };
+        let engine = Engine::new(
+            rules,
+            &Default::default(),
+            store,
+            Arc::new(clock.clone()) as Arc<dyn Clock>,
+            options,
+        );
+        Self {
+            clock,
+            engine,
+            book: DemandBook::new(200_000),
+            keys: vec![None; keys],
+            reports: 0,
+        }
+    }
+
+    fn bucket_key(&mut self, key: u32, name: &str) -> BucketKey {
+        self.keys[key as usize]
+            .get_or_insert_with(|| {
+                let id = BucketId {
+                    bucket: [("key".to_owned(), name.to_owned())].into(),
+                };
+                Bucket::read(&id, &RlsOptions::default())
+                    .expect("a simulated key is a valid bucket id")
+                    .key
+            })
+            .clone()
+    }
+
+    /// Answers a node's report as the RLQS door does (`stream.rs`): each usage counted, its
+    /// share of the bucket's demand, its assignment.
+    fn answer(
+        &mut self,
+        (node, streams): (usize, usize),
+        usages: &[Usage],
+        names: &[String],
+    ) -> Vec<(u32, Assignment)> {
+        self.reports += 1;
+        let mut actions = Vec::with_capacity(usages.len());
+        for u in usages {
+            let name = names[u.key as usize].as_str();
+            let entries = [("key".to_owned(), name.to_owned())];
+            let recorded = ready(record(&self.engine, "sim", &entries, u.allowed))
+                .expect("the sim domain exists");
+            let Some(room) = recorded.room else {
+                actions.push((u.key, Assignment::AllowAll));
+                continue;
+            };
+            // As `QuotaStream::share`: rates over the whole seconds Envoy reports, at least 1.
+            let elapsed = u.elapsed_s.unwrap_or(0).max(1) as f64;
+            let window = room.window.as_secs_f64();
+            let asked = Asked {
+                allowed: u.allowed as f64 / elapsed,
+                denied: u.denied as f64 / elapsed,
+                rule_rate: if window > 0.0 {
+                    room.limit as f64 / window
+                } else {
+                    0.0
+                },
+            };
+            let key = self.bucket_key(u.key, name);
+            let stream = node as u64 + 1;
+            let share = self.book.share(
+                ("sim", &key),
+                (stream, true),
+                asked,
+                self.engine.now(),
+                streams,
+            );
+            actions.push((u.key, assign(Some(room), share)));
+        }
+        actions
+    }
+}
+
+/// The nodes (Envoys) and the events between them and Sluice.
+struct Envoys<'a> {
+    s: &'a Scenario,
+    t0: u64,
+    buckets: Vec<HashMap<u32, EnvoyBucket>>,
+    started: Vec<bool>,
+    gone: Vec<bool>,
+    events: BinaryHeap<Reverse<(u64, u64)>>,
+    pending: HashMap<u64, Event>,
+    seq: u64,
+    latency: LatencyDraw,
+    interval_ns: u64,
+}
+
+impl<'a> Envoys<'a> {
+    fn push(&mut self, at: u64, event: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq)));
+        self.pending.insert(self.seq, event);
+    }
+
+    fn half_trip(&mut self) -> u64 {
+        self.latency.sample().as_nanos() as u64 / 2
+    }
+
+    fn sluice_down(&self, t: u64) -> bool {
+        let secs = t / NS;
+        self.s
+            .store
+            .outages
+            .iter()
+            .any(|&(a, b)| (a..b).contains(&secs))
+    }
+
+    fn leaves(&self, node: usize, t: u64) -> bool {
+        let leave = self.s.nodes.leave_s.get(node).copied().flatten();
+        leave.is_some_and(|l| t >= l * NS)
+    }
+
+    fn open_streams(&self) -> usize {
+        (0..self.started.len())
+            .filter(|&i| self.started[i] && !self.gone[i])
+            .count()
+    }
+
+    /// Sends a report built at `t`.
+    fn send(&mut self, node: usize, t: u64, usages: Vec<Usage>) {
+        let at = t + self.half_trip();
+        self.push(at, Event::Report { node, usages });
+    }
+
+    /// Runs every event due up to `until`.
+    fn advance(&mut self, until: u64, sluice: &mut Sluice, names: &[String]) {
+        while let Some(&Reverse((at, seq))) = self.events.peek() {
+            if at > until {
+                return;
+            }
+            self.events.pop();
+            let event = self.pending.remove(&seq).expect("every event is pending");
+            match event {
+                Event::Timer { node } => self.timer(node, at, sluice),
+                Event::Report { node, usages } => {
+                    if self.sluice_down(at) || self.gone[node] {
+                        continue;
+                    }
+                    sluice.clock.set(self.t0 + at);
+                    let streams = self.open_streams();
+                    let actions = sluice.answer((node, streams), &usages, names);
+                    let back = at + self.half_trip();
+                    self.push(back, Event::Answer { node, actions });
+                }
+                Event::Answer { node, actions } => {
+                    for (key, a) in actions {
+                        if let Some(b) = self.buckets[node].get_mut(&key) {
+                            b.assign(a, at);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A node's report timer at `t`: every bucket reported; a node that left ends its stream.
+    fn timer(&mut self, node: usize, t: u64, sluice: &Sluice) {
+        if self.leaves(node, t) {
+            self.gone[node] = true;
+            let keys: Vec<BucketKey> = self.buckets[node]
+                .keys()
+                .filter_map(|&k| sluice.keys[k as usize].clone())
+                .collect();
+            sluice.book.forget("sim", node as u64 + 1, keys.into_iter());
+            return;
+        }
+        let usages: Vec<Usage> = self.buckets[node]
+            .iter_mut()
+            .map(|(&key, b)| b.report(key, t))
+            .collect();
+        self.send(node, t, usages);
+        self.push(t + self.interval_ns, Event::Timer { node });
+    }
+
+    /// A request at node `node`: decided by its bucket, or by `no_assignment_behavior` for a
+    /// new bucket (reported at once; the node's report timer starts with its first bucket).
+    fn decide(&mut self, a: &Arrival) -> bool {
+        let (node, cost) = (a.node as usize, u64::from(a.cost));
+        if let Some(b) = self.buckets[node].get_mut(&a.key) {
+            return b.decide(cost, a.t);
+        }
+        let (bucket, usage) = EnvoyBucket::new(a.key, cost, a.t);
+        self.buckets[node].insert(a.key, bucket);
+        if !self.started[node] {
+            self.started[node] = true;
+            self.push(a.t + self.interval_ns, Event::Timer { node });
+        }
+        self.send(node, a.t, vec![usage]);
+        true
+    }
+}
+
+/// What the `rlqs` policy admitted: each request's decision in arrival order, and the reports
+/// Sluice answered (its RPCs).
+pub(crate) struct RlqsRun {
+    pub(crate) decisions: Vec<bool>,
+    pub(crate) reports: u64,
+}
+
+/// Runs the `rlqs` policy over `traffic` with Sluice's `rules` (`run::rule_file`), the true
+/// clock at `t0` at the start.
+pub(crate) fn simulate_rlqs(
+    (s, rules): (&Scenario, &RuleSet),
+    traffic: &Generated,
+    t0: u64,
+    progress: &mut dyn FnMut(u64),
+) -> RlqsRun {
+    let mut sluice = Sluice::new(rules, t0, traffic.keys.len());
+    let nodes = s.nodes.count;
+    let mut envoys = Envoys {
+        s,
+        t0,
+        buckets: vec![HashMap::new(); nodes],
+        started: vec![false; nodes],
+        gone: vec![false; nodes],
+        events: BinaryHeap::new(),
+        pending: HashMap::new(),
+        seq: 0,
+        latency: LatencyDraw::new(s.seed, 0x71c5, s.store.latency_ms),
+        interval_ns: (s.rlqs.report_interval_s * NS as f64).round().max(1.0) as u64,
+    };
+    let mut decisions = Vec::with_capacity(traffic.arrivals.len());
+    for (n, a) in traffic.arrivals.iter().enumerate() {
+        if n % 4096 == 4095 {
+            progress(4096);
+        }
+        envoys.advance(a.t, &mut sluice, &traffic.keys);
+        decisions.push(envoys.decide(a));
+    }
+    progress(traffic.arrivals.len() as u64 % 4096);
+    RlqsRun {
+        decisions,
+        reports: sluice.reports,
+    }
+}
