@@ -232,9 +232,10 @@ mod tests {
     fn an_expired_assignment_falls_back_to_allow_all() {
         let (mut b, _) = EnvoyBucket::new(0, 1, 0);
         b.assign(Assignment::DenyAll, 0);
-        assert!(!b.decide(1, 14 * NS));
-        assert!(b.decide(1, 15 * NS));
-        let u = b.report(0, 16 * NS);
-        assert_eq!((u.allowed, u.denied, u.elapsed_s), (1, 1, Some(16)));
+        let ttl = Assignment::DenyAll.ttl().as_secs();
+        assert!(!b.decide(1, (ttl - 1) * NS));
+        assert!(b.decide(1, ttl * NS));
+        let u = b.report(0, (ttl + 1) * NS);
+        assert_eq!((u.allowed, u.denied, u.elapsed_s), (1, 1, Some(ttl + 1)));
     }
 }

@@ -21,7 +21,9 @@ use sluice_config::RuleSet;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::RlsOptions;
-use sluice_rls::rlqs::{Asked, Assignment, Bucket, BucketKey, DemandBook, assign, record};
+use sluice_rls::rlqs::{
+    Asked, Assignment, Bucket, BucketKey, DemandBook, Sent, assign, due, record,
+};
 use sluice_store::MemoryStore;
 
 use crate::envoy::{EnvoyBucket, Usage};
@@ -49,6 +51,9 @@ struct Sluice {
     engine: Engine,
     book: DemandBook,
     keys: Vec<Option<BucketKey>>,
+    /// The assignment last sent to each node for each key: as the door, a report is answered
+    /// only with the assignments that changed materially or are due for renewal.
+    sent: HashMap<(usize, u32), Sent>,
     reports: u64,
 }
 
@@ -72,6 +77,7 @@ impl Sluice {
             engine,
             book: DemandBook::new(200_000),
             keys: vec![None; keys],
+            sent: HashMap::new(),
             reports: 0,
         }
     }
@@ -108,18 +114,9 @@ impl Sluice {
                 actions.push((u.key, Assignment::AllowAll));
                 continue;
             };
-            // As `QuotaStream::share`: rates over the whole seconds Envoy reports, at least 1.
-            let elapsed = u.elapsed_s.unwrap_or(0).max(1) as f64;
-            let window = room.window.as_secs_f64();
-            let asked = Asked {
-                allowed: u.allowed as f64 / elapsed,
-                denied: u.denied as f64 / elapsed,
-                rule_rate: if window > 0.0 {
-                    room.limit as f64 / window
-                } else {
-                    0.0
-                },
-            };
+            // As `QuotaStream::share`: rates over the whole seconds Envoy reports.
+            let elapsed = u.elapsed_s.unwrap_or(0) as f64;
+            let asked = Asked::per_second(u.allowed, u.denied, elapsed, room);
             let key = self.bucket_key(u.key, name);
             let stream = node as u64 + 1;
             let share = self.book.share(
@@ -129,7 +126,19 @@ impl Sluice {
                 self.engine.now(),
                 streams,
             );
-            actions.push((u.key, assign(Some(room), share)));
+            let assignment = assign(Some(room), share);
+            let now = self.engine.now();
+            let previous = self.sent.get(&(node, u.key)).copied();
+            if due(previous, assignment, now) {
+                self.sent.insert(
+                    (node, u.key),
+                    Sent {
+                        assignment,
+                        at: now,
+                    },
+                );
+                actions.push((u.key, assignment));
+            }
         }
         actions
     }

@@ -289,7 +289,7 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
     family(
         "sluice_rlqs_assignments_total",
         Counter,
-        "Assignments decided on RLQS streams, one per bucket per report (label strategy: token_bucket, deny_all, allow_all, abandon, sent; unchanged, not sent again: Envoy keeps the one it has).",
+        "Assignments decided on RLQS streams, one per bucket per report (label strategy: token_bucket, deny_all, allow_all and abandon, sent; unchanged, decided again but not sent: Envoy keeps the one it has).",
         LATER,
     ),
     family(

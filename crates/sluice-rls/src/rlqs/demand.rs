@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use sluice_core::Nanos;
 
 use super::bucket::BucketKey;
-use super::sizing::REPORT_EVERY;
+use super::sizing::{REPORT_EVERY, Room};
 
 /// One stream's demand for one bucket.
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +48,22 @@ pub struct Asked {
 }
 
 impl Asked {
+    /// A report's `allowed` and `denied` requests over `elapsed` seconds (at least one: Envoy's
+    /// first report of a bucket has none, and its times are whole seconds), under `room`'s rule.
+    pub fn per_second(allowed: u64, denied: u64, elapsed: f64, room: Room) -> Self {
+        let elapsed = elapsed.max(1.0);
+        let window = room.window.as_secs_f64();
+        Self {
+            allowed: allowed as f64 / elapsed,
+            denied: denied as f64 / elapsed,
+            rule_rate: if window > 0.0 {
+                room.limit as f64 / window
+            } else {
+                0.0
+            },
+        }
+    }
+
     /// The demand it stands for among `streams` streams reporting the bucket.
     fn demand(self, streams: usize) -> f64 {
         let clean = |x: f64| if x.is_finite() { x.max(0.0) } else { 0.0 };

@@ -31,7 +31,7 @@ mod wire;
 pub use bucket::{Bucket, BucketKey, Refused};
 pub use demand::{Asked, DemandBook};
 pub use limits::RlqsLimits;
-pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN};
+pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN, Sent, due};
 pub use server::{RlqsServer, rlqs_service};
 pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{

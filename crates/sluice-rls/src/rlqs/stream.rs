@@ -269,23 +269,15 @@ impl QuotaStream {
         usage: &BucketQuotaUsage,
         room: Room,
     ) -> f64 {
-        // Envoy's first report of a bucket has no `time_elapsed`; its times are whole seconds.
-        let elapsed = usage
-            .time_elapsed
-            .map_or(0.0, |d| {
-                d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
-            })
-            .max(1.0);
-        let window = room.window.as_secs_f64();
-        let asked = Asked {
-            allowed: usage.num_requests_allowed as f64 / elapsed,
-            denied: usage.num_requests_denied as f64 / elapsed,
-            rule_rate: if window > 0.0 {
-                room.limit as f64 / window
-            } else {
-                0.0
-            },
-        };
+        let elapsed = usage.time_elapsed.map_or(0.0, |d| {
+            d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
+        });
+        let asked = Asked::per_second(
+            usage.num_requests_allowed,
+            usage.num_requests_denied,
+            elapsed,
+            room,
+        );
         shared.demand.share(
             (domain, key),
             (self.id, held),
