@@ -7,8 +7,10 @@
 //! trip drawn from `store.latency_ms`, and its answer reaches the Envoy after the other half.
 //! Sluice is the real door's code: `record` counts the usage in a real `Engine` (one instance,
 //! the rule in `mode: local`, which is exact for one instance) and reads the room, the
-//! `DemandBook` gives the Envoy its share of the bucket's demand, and `assign` sizes the token
-//! bucket; only the stream around them (wire types, pace, bounds) is left out. The store's
+//! `DemandBook` gives the Envoy its share of the bucket's demand, `assign` sizes the token
+//! bucket, and `due` sends it only when it changed materially or needs renewing (the Envoy
+//! keeps the last one otherwise); only the stream around them (wire types, pace, bounds) is
+//! left out. The store's
 //! outages are Sluice unreachable: a report that lands in one is lost with its counts, as Envoy
 //! drops what it built while its stream was down.
 
