@@ -156,7 +156,7 @@ impl EnvoyBucket {
         }
         self.enforced = match (a, self.enforced) {
             (Assignment::AllowAll, _) => Enforced::Blanket { allow: true },
-            (Assignment::DenyAll, _) => Enforced::Blanket { allow: false },
+            (Assignment::DenyAll { .. }, _) => Enforced::Blanket { allow: false },
             (
                 numbers,
                 Enforced::Bucket {
@@ -231,8 +231,11 @@ mod tests {
     #[test]
     fn an_expired_assignment_falls_back_to_allow_all() {
         let (mut b, _) = EnvoyBucket::new(0, 1, 0);
-        b.assign(Assignment::DenyAll, 0);
-        let ttl = Assignment::DenyAll.ttl().as_secs();
+        let deny = Assignment::DenyAll {
+            ttl: sluice_rls::rlqs::ASSIGNMENT_TTL,
+        };
+        b.assign(deny, 0);
+        let ttl = deny.ttl().as_secs();
         assert!(!b.decide(1, (ttl - 1) * NS));
         assert!(b.decide(1, ttl * NS));
         let u = b.report(0, (ttl + 1) * NS);

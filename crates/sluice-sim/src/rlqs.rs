@@ -24,7 +24,7 @@ use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::RlsOptions;
 use sluice_rls::rlqs::{
-    Asked, Assignment, Bucket, BucketKey, DemandBook, Sent, assign, due, record,
+    Asked, Assignment, Bucket, BucketKey, DemandBook, Sent, due, record,
 };
 use sluice_store::MemoryStore;
 
@@ -121,14 +121,13 @@ impl Sluice {
             let asked = Asked::per_second(u.allowed, u.denied, elapsed, room);
             let key = self.bucket_key(u.key, name);
             let stream = node as u64 + 1;
-            let share = self.book.share(
+            let assignment = self.book.assignment(
                 ("sim", &key),
                 (stream, true),
-                asked,
+                (asked, room),
                 self.engine.now(),
                 streams,
             );
-            let assignment = assign(Some(room), share);
             let now = self.engine.now();
             let previous = self.sent.get(&(node, u.key)).copied();
             if due(previous, assignment, now) {

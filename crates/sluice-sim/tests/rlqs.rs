@@ -29,13 +29,19 @@ fn three_times_the_limit_over_two_envoys_is_held_to_it_by_demand() {
         let windows = &p.busiest_key_admitted;
         assert_eq!(windows.len(), 15);
         // After the first two windows (the first assignments are made before any usage is
-        // counted), every window admits 90% to 105% of the limit.
-        for (w, &n) in windows.iter().enumerate().skip(2) {
+        // counted), no window admits more than 105% of the limit, and they admit at least 95%
+        // of it on average. A window whose room ran out a report early admits less (83 once at
+        // 9:1: the small Envoy's unused part of the room is held for it until it reports).
+        let warm = &windows[2..];
+        for (w, &n) in warm.iter().enumerate() {
             assert!(
-                (90..=105).contains(&n),
-                "{weights}: window {w} admitted {n} of 100: {windows:?}"
+                (80..=105).contains(&n),
+                "{weights}: window {} admitted {n} of 100: {windows:?}",
+                w + 2
             );
         }
+        let mean = warm.iter().sum::<u64>() as f64 / warm.len() as f64;
+        assert!(mean >= 95.0, "{weights}: {mean} a window: {windows:?}");
         // One report per Envoy per 5 s, whatever the rate.
         assert!(
             p.store_ops_per_request < 0.05,
@@ -47,14 +53,13 @@ fn three_times_the_limit_over_two_envoys_is_held_to_it_by_demand() {
 
 #[test]
 fn a_user_under_the_limit_is_not_locked_out() {
-    // Half the limit's pace over two Envoys. Today's token buckets hold a tenth of an
-    // allowance as their burst, so Poisson arrivals closer together than the bucket's pace are
-    // refused: about 18% of them here (docs/ACCURACY.md, "RLQS in the simulator"). A lockout
-    // refuses most.
+    // Half the limit's pace over two Envoys, arriving at random: a token bucket as deep as
+    // its share of half the room takes the clumps (729 of 736 admitted; with a burst of a
+    // tenth of a 5 s allowance, about 18% were refused).
     let report = run(&scenario("[1, 1]", 2.5));
     let p = &report.policies[0];
     assert!(
-        p.admitted * 4 >= p.requests * 3,
+        p.admitted * 100 >= p.requests * 98,
         "admitted {} of {} requests under the limit",
         p.admitted,
         p.requests

@@ -11,11 +11,22 @@
 //! demand while their denials stay within that (two Envoys at 3x a limit each deny twice
 //! what they admit: admitted plus half the rate covers it), so their shares stay as steady as
 //! their clients; and rogue Envoys that admit nothing claim less than the rule's rate all
-//! together, while what an Envoy admits is paid for out of the room (it is counted). Demands
-//! older than three report intervals are forgotten (an Envoy that stopped reporting a bucket
-//! no longer asks for it): when the bucket is reported again, and in a sweep of the whole book
-//! at most once per three report intervals. A stream's demands leave the book when it ends,
-//! when a bucket is abandoned or no longer limited, and a bucket a stream does not hold
+//! together, while what an Envoy admits is paid for out of the room (it is counted).
+//!
+//! A demand older than three report intervals is stale: the Envoy may have stopped asking, or
+//! gone quiet with its clients and be about to come back with the others (a client behind a
+//! balancer bursts on every Envoy at once). For a minute ([`CARRIER_MEMORY`]) a stale demand
+//! still tells that its stream carries the bucket, and it counts as a demand like the
+//! reporting stream's own: each Envoy that meets the returning burst takes an even part, where
+//! counting only the fresh demands gave the first to report the whole room, the second half of
+//! it, and so on. A bucket no stream reported within that minute is new: for its first report
+//! interval, before every Envoy carrying it has reported, a stream's share is at most an even
+//! part over the open streams. A tenth of the room ([`EVEN_FLOOR`]) is split evenly among the
+//! streams carrying the bucket, the rest by demand.
+//!
+//! A stream's demands leave the book when it ends, when a bucket is abandoned or no longer
+//! limited, and after [`CARRIER_MEMORY`] (when the bucket is reported again, and in a sweep
+//! of the whole book at most once per three report intervals); a bucket a stream does not hold
 //! (beyond its `max_buckets_per_stream`) never enters it: its share is read without being
 //! kept. The book holds at most `max_keys` buckets; a bucket beyond them is shared evenly
 //! among the open streams.
@@ -26,7 +37,15 @@ use std::sync::Mutex;
 use sluice_core::Nanos;
 
 use super::bucket::BucketKey;
-use super::sizing::{REPORT_EVERY, Room};
+use super::sizing::{Assignment, REPORT_EVERY, Room, assign};
+
+/// How long a stream that reported a bucket is taken to carry it.
+pub const CARRIER_MEMORY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The part of a bucket's room split evenly among the streams carrying it, the rest by their
+/// demands: a stream that admitted nothing in its last report interval (its clients paused)
+/// still gets a few requests, where a share of nothing was `DENY_ALL` until its next report.
+pub const EVEN_FLOOR: f64 = 0.1;
 
 /// One stream's demand for one bucket.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +53,8 @@ struct Demand {
     stream: u64,
     per_second: f64,
     at: Nanos,
+    /// What the stream's assignment made at `at` lets it admit until its next report.
+    claim: f64,
 }
 
 /// What a stream reported for a bucket, per second, and its rule's rate.
@@ -82,17 +103,24 @@ pub struct DemandBook {
 
 #[derive(Debug, Default)]
 struct Book {
-    keys: HashMap<(String, BucketKey), Vec<Demand>>,
+    keys: HashMap<(String, BucketKey), Entry>,
     swept: Nanos,
+}
+
+/// A bucket's demands, and when a stream first reported it.
+#[derive(Debug, Default)]
+struct Entry {
+    first: Nanos,
+    demands: Vec<Demand>,
 }
 
 impl Book {
     /// Drops demands older than `forget_before`, and buckets left without any.
     fn sweep(&mut self, now: Nanos, forget_before: Nanos) {
         self.swept = now;
-        self.keys.retain(|_, demands| {
-            demands.retain(|d| d.at >= forget_before);
-            !demands.is_empty()
+        self.keys.retain(|_, entry| {
+            entry.demands.retain(|d| d.at >= forget_before);
+            !entry.demands.is_empty()
         });
     }
 }
@@ -111,44 +139,110 @@ impl DemandBook {
     /// evenly when the book is full).
     pub fn share(
         &self,
-        (domain, key): (&str, &BucketKey),
-        (stream, keep): (u64, bool),
+        bucket: (&str, &BucketKey),
+        stream: (u64, bool),
         asked: Asked,
         now: Nanos,
         open_streams: usize,
     ) -> f64 {
+        self.update(bucket, stream, (asked, None), now, open_streams)
+            .0
+    }
+
+    /// Notes `stream`'s demand for a bucket as [`share`](Self::share) does, and returns its
+    /// assignment under `room`: its share of the room, and no more than the other streams'
+    /// assignments have left unclaimed. What another stream's last assignment lets it admit until its next report
+    /// (made within the last report interval) is out of the room until that report counts
+    /// it: two Envoys answered a moment apart each took their share of the same room, and
+    /// together more than it.
+    pub fn assignment(
+        &self,
+        bucket: (&str, &BucketKey),
+        stream: (u64, bool),
+        (asked, room): (Asked, Room),
+        now: Nanos,
+        open_streams: usize,
+    ) -> Assignment {
+        let (_, assignment) = self.update(bucket, stream, (asked, Some(room)), now, open_streams);
+        assignment.unwrap_or(Assignment::AllowAll)
+    }
+
+    fn update(
+        &self,
+        (domain, key): (&str, &BucketKey),
+        (stream, keep): (u64, bool),
+        (asked, room): (Asked, Option<Room>),
+        now: Nanos,
+        open_streams: usize,
+    ) -> (f64, Option<Assignment>) {
         let even = 1.0 / open_streams.max(1) as f64;
-        let forget_after = 3 * REPORT_EVERY.as_nanos() as u64;
-        let forget_before = now.saturating_sub(forget_after);
+        let interval = REPORT_EVERY.as_nanos() as u64;
+        let stale_before = now.saturating_sub(3 * interval);
+        let claims_after = now.saturating_sub(interval);
+        let forget_before = now.saturating_sub(CARRIER_MEMORY.as_nanos() as u64);
         let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
-        if now.saturating_sub(book.swept) >= forget_after {
+        if now.saturating_sub(book.swept) >= 3 * interval {
             book.sweep(now, forget_before);
         }
         let full = book.keys.len() >= self.max_keys;
         let k = (domain.to_owned(), key.clone());
-        let mut unkept = Vec::new();
-        let demands = match book.keys.get_mut(&k) {
-            Some(d) => d,
-            None if !keep => &mut unkept,
-            None if full => return even,
-            None => book.keys.entry(k).or_default(),
+        let mut unkept = Entry {
+            first: now,
+            demands: Vec::new(),
         };
-        demands.retain(|d| d.at >= forget_before && d.stream != stream);
-        let per_second = asked.demand(demands.len() + 1);
-        let others: f64 = demands.iter().map(|d| d.per_second).sum();
-        let streams = demands.len() + 1;
+        let entry = match book.keys.get_mut(&k) {
+            Some(e) => e,
+            None if !keep => &mut unkept,
+            None if full => return (even, room.map(|r| assign(Some(r), even))),
+            None => book.keys.entry(k).or_insert(Entry {
+                first: now,
+                demands: Vec::new(),
+            }),
+        };
+        entry
+            .demands
+            .retain(|d| d.at >= forget_before && d.stream != stream);
+        let (fresh, stale): (Vec<&Demand>, Vec<&Demand>) =
+            entry.demands.iter().partition(|d| d.at >= stale_before);
+        let streams = entry.demands.len() + 1;
+        let own = asked.demand(streams);
+        let others: f64 = fresh.iter().map(|d| d.per_second).sum();
+        let claimed: f64 = fresh
+            .iter()
+            .filter(|d| d.at > claims_after)
+            .map(|d| d.claim)
+            .sum();
+        let carriers = (fresh.len() + stale.len() + 1) as f64;
+        let by_demand = match others + own * (1 + stale.len()) as f64 {
+            total if total > 0.0 => own / total,
+            _ => 1.0 / carriers,
+        };
+        let share = EVEN_FLOOR / carriers + (1.0 - EVEN_FLOOR) * by_demand;
+        let new = now.saturating_sub(entry.first) < interval;
+        let share = if new { share.min(even) } else { share };
+        let assignment = room.map(|r| {
+            let mine = assign(Some(r), share);
+            let unclaimed = Room {
+                remaining: r.remaining.saturating_sub(claimed.ceil() as u64),
+                ..r
+            };
+            let left = assign(Some(unclaimed), 1.0);
+            let at_most = |a: Assignment| a.admits_at_most(REPORT_EVERY);
+            if at_most(left) < at_most(mine) {
+                left
+            } else {
+                mine
+            }
+        });
         if keep {
-            demands.push(Demand {
+            entry.demands.push(Demand {
                 stream,
-                per_second,
+                per_second: own,
                 at: now,
+                claim: assignment.map_or(0.0, |a| a.admits_at_most(REPORT_EVERY).min(1e12)),
             });
         }
-        let total = others + per_second;
-        if total <= 0.0 {
-            return 1.0 / streams as f64;
-        }
-        per_second / total
+        (share, assignment)
     }
 
     /// Forgets a stream's demands for `keys` (it ended, or abandoned them).
@@ -156,9 +250,9 @@ impl DemandBook {
         let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
         for key in keys {
             let k = (domain.to_owned(), key);
-            if let Some(demands) = book.keys.get_mut(&k) {
-                demands.retain(|d| d.stream != stream);
-                if demands.is_empty() {
+            if let Some(entry) = book.keys.get_mut(&k) {
+                entry.demands.retain(|d| d.stream != stream);
+                if entry.demands.is_empty() {
                     book.keys.remove(&k);
                 }
             }
@@ -210,20 +304,32 @@ mod tests {
     fn shares_follow_demand() {
         let book = DemandBook::new(10);
         let k = key("alice");
-        assert_eq!(book.share(("d", &k), (1, true), admitted(90.0), S, 2), 1.0);
-        let small = book.share(("d", &k), (2, true), admitted(10.0), S, 2);
-        assert!((small - 0.1).abs() < 1e-9, "{small}");
-        let big = book.share(("d", &k), (1, true), admitted(90.0), 2 * S, 2);
-        assert!((big - 0.9).abs() < 1e-9, "{big}");
+        // A new bucket: an even part over the open streams until one report interval passed.
+        assert_eq!(book.share(("d", &k), (1, true), admitted(90.0), S, 2), 0.5);
+        // A tenth of the room evenly, the rest by demand.
+        let small = book.share(("d", &k), (2, true), admitted(10.0), 6 * S, 2);
+        assert!((small - 0.14).abs() < 1e-9, "{small}");
+        let big = book.share(("d", &k), (1, true), admitted(90.0), 7 * S, 2);
+        assert!((big - 0.86).abs() < 1e-9, "{big}");
+        // A stream whose clients paused still gets its even part.
+        let paused = book.share(("d", &k), (2, true), admitted(0.0), 8 * S, 2);
+        assert!((paused - 0.05).abs() < 1e-9, "{paused}");
     }
 
     #[test]
-    fn old_demand_is_forgotten() {
+    fn a_stale_demand_counts_as_the_reporting_ones_then_is_forgotten() {
         let book = DemandBook::new(10);
         let k = key("alice");
         book.share(("d", &k), (1, true), admitted(50.0), S, 2);
+        // 19 s later stream 1's demand is stale: it may come back with stream 2's clients, so
+        // it counts as much as stream 2's.
         assert_eq!(
-            book.share(("d", &k), (2, true), admitted(50.0), 20 * S, 2),
+            book.share(("d", &k), (2, true), admitted(5.0), 20 * S, 2),
+            0.5
+        );
+        // A minute on, it no longer carries the bucket.
+        assert_eq!(
+            book.share(("d", &k), (2, true), admitted(5.0), 62 * S, 2),
             1.0
         );
     }
@@ -275,21 +381,22 @@ mod tests {
     #[test]
     fn stale_and_unheld_demands_do_not_stay_in_the_book() {
         let book = DemandBook::new(10);
-        // A bucket the stream does not hold is shared without entering the book.
+        // A bucket the stream does not hold is shared without entering the book: evenly, as
+        // a new one.
         let share = book.share(("d", &key("x")), (1, false), admitted(5.0), S, 2);
-        assert_eq!((share, book.len()), (1.0, 0));
+        assert_eq!((share, book.len()), (0.5, 0));
         // Beside a kept demand, an unheld one gets its part, and is not kept.
         book.share(("d", &key("a")), (1, true), admitted(30.0), S, 2);
         let share = book.share(("d", &key("a")), (2, false), admitted(10.0), S, 2);
-        assert!((share - 0.25).abs() < 1e-9, "{share}");
+        assert!((share - 0.275).abs() < 1e-9, "{share}");
         assert_eq!(
-            book.share(("d", &key("a")), (1, true), admitted(30.0), S, 2),
+            book.share(("d", &key("a")), (1, true), admitted(30.0), 6 * S, 2),
             1.0
         );
         // A bucket no one reports again leaves at the next sweep.
         book.share(("d", &key("b")), (1, true), admitted(1.0), S, 2);
         assert_eq!(book.len(), 2);
-        book.share(("d", &key("c")), (1, true), admitted(1.0), 40 * S, 2);
+        book.share(("d", &key("c")), (1, true), admitted(1.0), 70 * S, 2);
         assert_eq!(book.len(), 1);
         // An abandoned bucket is forgotten at once.
         book.forget("d", 1, [key("c")].into_iter());

@@ -75,7 +75,7 @@ fn material(previous: Assignment, next: Assignment) -> bool {
             now > was * (1.0 + MATERIAL) || now < was * (1.0 - MATERIAL_FALL)
         }
         (Assignment::AllowAll, Assignment::AllowAll)
-        | (Assignment::DenyAll, Assignment::DenyAll) => false,
+        | (Assignment::DenyAll { .. }, Assignment::DenyAll { .. }) => false,
         _ => true,
     }
 }
@@ -85,6 +85,9 @@ mod tests {
     use super::*;
 
     const S: Nanos = 1_000_000_000;
+    const DENY: Assignment = Assignment::DenyAll {
+        ttl: super::super::sizing::ASSIGNMENT_TTL,
+    };
 
     fn bucket(max_tokens: u32, tokens_per_fill: u32) -> Assignment {
         Assignment::TokenBucket {
@@ -100,9 +103,9 @@ mod tests {
 
     #[test]
     fn a_new_bucket_and_a_change_of_kind_are_sent() {
-        assert!(due(None, Assignment::DenyAll, 0));
-        assert!(due(sent(bucket(2, 36), 0), Assignment::DenyAll, S));
-        assert!(due(sent(Assignment::DenyAll, 0), bucket(2, 36), S));
+        assert!(due(None, DENY, 0));
+        assert!(due(sent(bucket(2, 36), 0), DENY, S));
+        assert!(due(sent(DENY, 0), bucket(2, 36), S));
         let slow = Assignment::TokenBucket {
             max_tokens: 2,
             tokens_per_fill: 36,
@@ -120,8 +123,8 @@ mod tests {
         assert!(due(sent(bucket(2, 36), 0), bucket(2, 34), 5 * S));
         assert!(!due(sent(bucket(2, 36), 0), bucket(2, 36), 5 * S));
         assert!(!due(
-            sent(Assignment::DenyAll, 0),
-            Assignment::DenyAll,
+            sent(DENY, 0),
+            DENY,
             5 * S
         ));
     }
@@ -135,7 +138,7 @@ mod tests {
         assert!(due(sent(a, 0), a, ttl - renew));
         // At the next report after a renewal, at least one report interval is left.
         assert!(renew >= 2 * REPORT_EVERY.as_nanos() as Nanos);
-        assert!(due(sent(Assignment::DenyAll, 0), Assignment::DenyAll, ttl));
+        assert!(due(sent(DENY, 0), DENY, ttl));
         // An allow-all of an hour is renewed too, ten seconds before it lapses.
         let hour = Assignment::AllowAll.ttl().as_nanos() as Nanos;
         assert!(!due(

@@ -7,12 +7,20 @@
 //! every 5 s. So between two reports an Envoy admits at most `max_tokens + rate * 5 s`: the
 //! assignment is sized so that this never exceeds its allowance for those 5 s.
 //!
-//! The allowance spreads the room left in the rule's window over the reports still to come
-//! in it: a report's usage is counted when it arrives, so what Envoy admits until its next
-//! report counts in the window that report lands in. With `n` whole report intervals left in
-//! the window, each gets `remaining / n` (an Envoy that admitted little early in a window gets
-//! more later); in the last, partial interval, whose report lands in the next window, the
-//! allowance is the next window's pace. Each Envoy gets its demand's share of it.
+//! The allowance is what the rule would admit at once, bounded twice. A report's usage is
+//! counted when it arrives, and every Envoy of the bucket spends from the same room before
+//! the others' reports are in, so all of them together get at most half the room left
+//! ([`OF_THE_ROOM`]): a demand over the limit, renewed at every report, takes half of what is
+//! left each time and never more than the room, while a demand under the limit meets a bucket
+//! deep enough for its bursts (a bucket as small as its share of one interval's pace refuses
+//! random arrivals far under the limit). It is never less than the window's pace: with `n`
+//! whole report intervals left, `remaining / n`. In the last, partial interval, whose report
+//! lands in the next window, it is the next window's pace only, so that what Envoy admits
+//! across the boundary stays within a real window's limit. Each Envoy gets its demand's share.
+//!
+//! Of an Envoy's allowance, the rate carries half its pace and the burst (`max_tokens`) the
+//! rest, so that an Envoy keeping an assignment past its reports (a lost report, a Sluice
+//! restart) admits no faster than half the window's pace.
 
 use std::time::Duration;
 
@@ -61,8 +69,13 @@ pub struct Room {
 pub enum Assignment {
     /// No rule limits the bucket.
     AllowAll,
-    /// No room until the window allows more.
-    DenyAll,
+    /// No room: for `ttl`, until the window allows more (and one report interval, for the
+    /// report that brings the next assignment), or [`ASSIGNMENT_TTL`] when this Envoy's share
+    /// alone is too small.
+    DenyAll {
+        /// Its time to live.
+        ttl: Duration,
+    },
     /// A token bucket: starts with `max_tokens`, gains `tokens_per_fill` every
     /// `fill_interval_secs`.
     TokenBucket {
@@ -80,7 +93,8 @@ impl Assignment {
     pub fn ttl(self) -> Duration {
         match self {
             Assignment::AllowAll => UNLIMITED_TTL,
-            Assignment::DenyAll | Assignment::TokenBucket { .. } => ASSIGNMENT_TTL,
+            Assignment::DenyAll { ttl } => ttl,
+            Assignment::TokenBucket { .. } => ASSIGNMENT_TTL,
         }
     }
 
@@ -88,7 +102,7 @@ impl Assignment {
     pub fn admits_at_most(self, horizon: Duration) -> f64 {
         match self {
             Assignment::AllowAll => f64::INFINITY,
-            Assignment::DenyAll => 0.0,
+            Assignment::DenyAll { .. } => 0.0,
             Assignment::TokenBucket {
                 max_tokens,
                 tokens_per_fill,
@@ -101,17 +115,58 @@ impl Assignment {
     }
 }
 
-/// What all the Envoys of a bucket may admit over the next `horizon` (one report interval)
-/// under `room`.
-pub fn allowance(room: Room, horizon: Duration) -> f64 {
+/// The part of the room left that all the Envoys of a bucket together may admit before their
+/// next reports, when it is more than the window's pace.
+pub const OF_THE_ROOM: f64 = 0.5;
+
+/// The whole report intervals of `horizon` left in the window.
+fn intervals_left(room: Room, horizon: Duration) -> f64 {
     let (t, h) = (room.reset_after.as_secs_f64(), horizon.as_secs_f64());
-    let intervals_left = if h > 0.0 { (t / h).floor() } else { 0.0 };
-    if intervals_left >= 1.0 {
-        return room.remaining as f64 / intervals_left;
+    if h > 0.0 {
+        (t / h).floor()
+    } else {
+        0.0
     }
-    match room.window.as_secs_f64() {
-        w if w > 0.0 => room.limit as f64 * (h / w).min(1.0),
+}
+
+/// The window's pace over the next `horizon`: the room left spread over the whole report
+/// intervals left in the window, or in the last, partial one, the next window's pace within
+/// the room this one has left (what Envoy admits then is counted in the next window, but
+/// happens in this one).
+pub fn pace(room: Room, horizon: Duration) -> f64 {
+    let n = intervals_left(room, horizon);
+    if n >= 1.0 {
+        return room.remaining as f64 / n;
+    }
+    let next = match room.window.as_secs_f64() {
+        w if w > 0.0 => room.limit as f64 * (horizon.as_secs_f64() / w).min(1.0),
         _ => 0.0,
+    };
+    next.min(room.remaining as f64)
+}
+
+/// What all the Envoys of a bucket may admit over the next `horizon` (one report interval)
+/// under `room`: [`OF_THE_ROOM`] of the room left, and never less than the [`pace`].
+pub fn allowance(room: Room, horizon: Duration) -> f64 {
+    let pace = pace(room, horizon);
+    if intervals_left(room, horizon) >= 1.0 {
+        pace.max(room.remaining as f64 * OF_THE_ROOM)
+    } else {
+        pace
+    }
+}
+
+/// Tokens per fill and the fill interval of a rate of at most `per_second`: the whole tokens
+/// per [`FILL_INTERVAL_SECS`], or per [`SLOW_FILL_INTERVAL_SECS`] below one, or else one an
+/// hour.
+fn fill(per_second: f64) -> (f64, u64) {
+    let per = |secs: u64| (per_second * secs as f64).floor();
+    if per(FILL_INTERVAL_SECS) >= 1.0 {
+        (per(FILL_INTERVAL_SECS), FILL_INTERVAL_SECS)
+    } else if per(SLOW_FILL_INTERVAL_SECS) >= 1.0 {
+        (per(SLOW_FILL_INTERVAL_SECS), SLOW_FILL_INTERVAL_SECS)
+    } else {
+        (1.0, IDLE_FILL_INTERVAL_SECS)
     }
 }
 
@@ -132,26 +187,36 @@ pub fn assign(room: Option<Room>, share: f64) -> Assignment {
     } else {
         0.0
     };
-    let mine = allowance(room, REPORT_EVERY) * part * share;
+    let ours = allowance(room, REPORT_EVERY) * part;
+    let mine = ours * share;
     // Less than one request (and the hourly token): admitting one would overshoot, so
-    // nothing until the next report.
-    if mine < 1.01 {
-        return Assignment::DenyAll;
+    // nothing until the next report, or while the room is gone, until the window allows
+    // more. Envoy keeps that through a Sluice outage: a key over its limit stays denied where,
+    // on a shorter time to live, `expired_assignment_behavior` let it through.
+    if ours < 1.01 {
+        let until_room = room.reset_after.saturating_add(REPORT_EVERY);
+        return Assignment::DenyAll {
+            ttl: until_room.clamp(ASSIGNMENT_TTL, UNLIMITED_TTL),
+        };
     }
-    // A tenth of the allowance as burst (at least one request); the rest paced, so that a new
-    // (full) bucket plus its refills over a report interval stay within the allowance.
-    let max_tokens = (mine / 10.0).floor().max(1.0);
-    let rate = (mine - max_tokens) / REPORT_EVERY.as_secs_f64();
-    let per = |secs: u64| (rate * secs as f64).floor();
-    let (tokens, interval) = if per(FILL_INTERVAL_SECS) >= 1.0 {
-        (per(FILL_INTERVAL_SECS), FILL_INTERVAL_SECS)
-    } else if per(SLOW_FILL_INTERVAL_SECS) >= 1.0 {
-        (per(SLOW_FILL_INTERVAL_SECS), SLOW_FILL_INTERVAL_SECS)
-    } else {
-        (1.0, IDLE_FILL_INTERVAL_SECS)
-    };
+    if mine < 1.01 {
+        return Assignment::DenyAll {
+            ttl: ASSIGNMENT_TTL,
+        };
+    }
+    let h = REPORT_EVERY.as_secs_f64();
+    let rate = pace(room, REPORT_EVERY) * part * share / 2.0 / h;
+    // Whole tokens per fill round the rate down; the burst takes the rest of the allowance,
+    // at least one request (then the rate gives way to it).
+    let (mut tokens, mut interval) = fill(rate);
+    let per_second = |tokens: f64, interval: u64| tokens / interval as f64;
+    let mut burst = (mine - per_second(tokens, interval) * h).floor();
+    if burst < 1.0 {
+        burst = 1.0;
+        (tokens, interval) = fill((mine - burst) / h);
+    }
     Assignment::TokenBucket {
-        max_tokens: max_tokens.min(f64::from(u32::MAX)) as u32,
+        max_tokens: burst.min(f64::from(u32::MAX)) as u32,
         tokens_per_fill: tokens.min(f64::from(u32::MAX)) as u32,
         fill_interval_secs: interval,
     }
@@ -178,23 +243,27 @@ mod tests {
     }
 
     #[test]
-    fn the_room_is_spread_over_the_reports_left_in_the_window() {
-        // 100 a 20 s window, all left: a quarter of it per 5 s report interval.
-        assert_eq!(allowance(room(100, 20, 100, 20), REPORT_EVERY), 25.0);
+    fn an_interval_gets_half_the_room_and_never_less_than_the_pace() {
+        // 100 a 20 s window, all left: a pace of a quarter per 5 s report interval, and
+        // half of it before the next reports are in.
+        assert_eq!(pace(room(100, 20, 100, 20), REPORT_EVERY), 25.0);
+        assert_eq!(allowance(room(100, 20, 100, 20), REPORT_EVERY), 50.0);
         // 30 left with 14 s to go: two more reports land in this window, 15 each.
         assert_eq!(allowance(room(30, 14, 100, 20), REPORT_EVERY), 15.0);
+        // The last whole interval: all that is left.
+        assert_eq!(allowance(room(30, 9, 100, 20), REPORT_EVERY), 30.0);
     }
 
     #[test]
     fn a_steady_demand_over_the_limit_is_admitted_the_limit_per_window() {
-        // Reports 1 s after each 5 s mark of a 20 s window, every allowance used; the last
-        // interval's usage lands in the next window.
-        let mut carried = 25.0;
+        // Reports 1 s after each 5 s mark of a 20 s window, every allowance used at once; the
+        // last interval's usage happens in this window and is counted in the next.
+        let mut carried = 0.0;
         for _ in 0..10 {
-            let mut remaining = 100.0 - carried;
+            let mut remaining: f64 = 100.0 - carried;
             let mut admitted = 0.0;
             for reset in [19, 14, 9, 4] {
-                let r = room(remaining as u64, reset, 100, 20);
+                let r = room(remaining.max(0.0) as u64, reset, 100, 20);
                 let a = allowance(r, REPORT_EVERY).floor();
                 admitted += a;
                 if reset >= 5 {
@@ -208,19 +277,32 @@ mod tests {
     }
 
     #[test]
-    fn the_last_partial_interval_gets_the_next_windows_pace() {
-        // 2 s left with nothing: its report lands in the next window, at 5/s.
-        assert_eq!(allowance(room(0, 2, 100, 20), REPORT_EVERY), 25.0);
+    fn the_last_partial_interval_gets_the_next_windows_pace_within_this_ones_room() {
+        // 2 s left: its report lands in the next window, at 5/s, but what it admits happens
+        // in this one.
+        assert_eq!(allowance(room(30, 2, 100, 20), REPORT_EVERY), 25.0);
+        assert_eq!(allowance(room(10, 2, 100, 20), REPORT_EVERY), 10.0);
         assert!(matches!(
-            assign(Some(room(0, 2, 100, 20)), 1.0),
+            assign(Some(room(30, 2, 100, 20)), 1.0),
             Assignment::TokenBucket { .. }
         ));
+        assert_eq!(
+            assign(Some(room(0, 2, 100, 20)), 1.0),
+            Assignment::DenyAll {
+                ttl: ASSIGNMENT_TTL
+            }
+        );
     }
 
     #[test]
     fn no_room_with_the_window_far_from_its_end_denies() {
-        assert_eq!(assign(Some(room(0, 12, 100, 20)), 1.0), Assignment::DenyAll);
-        assert_eq!(Assignment::DenyAll.ttl(), ASSIGNMENT_TTL);
+        // Kept until the window allows more, and the next report: at least the usual TTL.
+        let a = assign(Some(room(0, 12, 100, 20)), 1.0);
+        assert_eq!(a, Assignment::DenyAll { ttl: ASSIGNMENT_TTL });
+        let a = assign(Some(room(0, 50, 100, 60)), 1.0);
+        assert_eq!(a.ttl(), Duration::from_secs(55));
+        let a = assign(Some(room(0, 86_000, 100, 86_400)), 1.0);
+        assert_eq!(a.ttl(), UNLIMITED_TTL);
     }
 
     #[test]
@@ -242,19 +324,33 @@ mod tests {
     }
 
     #[test]
-    fn a_steady_assignment_gives_most_of_the_allowance() {
-        // 1000 a minute, all left, one Envoy: 83.3 per interval; at least 90% of it paced.
-        let a = assign(Some(room(1000, 60, 1000, 60)), 1.0);
+    fn an_assignment_is_a_deep_burst_and_half_the_pace() {
+        // 1000 a minute, all left, one Envoy: a pace of 83.3 per interval, 500 allowed.
+        let r = room(1000, 60, 1000, 60);
+        let a = assign(Some(r), 1.0);
         let Assignment::TokenBucket {
+            max_tokens,
             tokens_per_fill,
             fill_interval_secs,
-            ..
         } = a
         else {
             panic!("expected a token bucket, got {a:?}");
         };
         let per_interval = f64::from(tokens_per_fill) / fill_interval_secs as f64 * 5.0;
-        assert!(per_interval >= 0.85 * 83.3, "{a:?}");
+        assert!((0.45 * 83.3..=0.5 * 83.3).contains(&per_interval), "{a:?}");
+        assert!(a.admits_at_most(REPORT_EVERY) >= 0.99 * 500.0, "{a:?}");
+        assert!(max_tokens >= 450, "{a:?}");
+        // Kept past its reports (a Sluice restart), it admits no faster than half the pace.
+        let over_ttl = a.admits_at_most(ASSIGNMENT_TTL) - a.admits_at_most(REPORT_EVERY);
+        assert!(over_ttl <= 0.5 * 83.3 * 3.0, "{a:?}");
+    }
+
+    #[test]
+    fn a_small_share_still_gets_a_burst_of_one() {
+        // 2.4 allowed: a burst of one, the rest paced.
+        let a = assign(Some(room(20, 60, 20, 60)), 0.24);
+        assert!(matches!(a, Assignment::TokenBucket { max_tokens: 1.., .. }), "{a:?}");
+        assert!(a.admits_at_most(REPORT_EVERY) <= 2.4, "{a:?}");
     }
 
     #[test]
@@ -262,12 +358,17 @@ mod tests {
         let r = room(100, 20, 100, 20);
         let big = assign(Some(r), 0.9).admits_at_most(REPORT_EVERY);
         let small = assign(Some(r), 0.1).admits_at_most(REPORT_EVERY);
-        assert!(big + small <= 25.0, "{big} + {small}");
+        assert!(big + small <= 50.0, "{big} + {small}");
         assert!(big > 5.0 * small, "{big} vs {small}");
     }
 
     #[test]
     fn less_than_one_request_denies() {
-        assert_eq!(assign(Some(room(1, 60, 10, 60)), 0.5), Assignment::DenyAll);
+        // The room is there (2 of it now), this Envoy's share of it is not: the usual TTL.
+        let a = assign(Some(room(4, 60, 10, 60)), 0.3);
+        assert_eq!(a, Assignment::DenyAll { ttl: ASSIGNMENT_TTL });
+        // Less than one request for all of this instance's Envoys: until the window ends.
+        let a = assign(Some(room(1, 60, 10, 60)), 0.5);
+        assert_eq!(a.ttl(), Duration::from_secs(65));
     }
 }

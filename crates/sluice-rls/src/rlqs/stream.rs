@@ -25,7 +25,7 @@ use super::demand::Asked;
 use super::renew::{self, Sent};
 use super::replies::{Replies, StreamEnd};
 use super::shared::Shared;
-use super::sizing::{Assignment, Room, assign};
+use super::sizing::{Assignment, Room};
 use super::usage::{Recorded, record};
 use super::wire::{WireReport, WireResponse};
 use crate::error::RequestError;
@@ -214,10 +214,7 @@ impl QuotaStream {
         // instance's demand.
         let assignment = match recorded.room {
             None => Assignment::AllowAll,
-            Some(room) => {
-                let share = self.share(shared, engine, (domain, &key, held), usage, room);
-                assign(Some(room), share)
-            }
+            Some(room) => self.assignment(shared, engine, (domain, &key, held), usage, room),
         };
         tracing::debug!(
             stream = self.id, domain, bucket = ?bucket.entries, allowed,
@@ -260,15 +257,16 @@ impl QuotaStream {
         Ok((action, recorded.calls))
     }
 
-    /// This stream's share of the bucket's demand on this instance, under `room`.
-    fn share(
+    /// This stream's assignment: its share of the bucket's demand on this instance, of what
+    /// the other streams have not claimed of `room`.
+    fn assignment(
         &self,
         shared: &Shared,
         engine: &Engine,
         (domain, key, held): (&str, &BucketKey, bool),
         usage: &BucketQuotaUsage,
         room: Room,
-    ) -> f64 {
+    ) -> Assignment {
         let elapsed = usage.time_elapsed.map_or(0.0, |d| {
             d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
         });
@@ -278,10 +276,10 @@ impl QuotaStream {
             elapsed,
             room,
         );
-        shared.demand.share(
+        shared.demand.assignment(
             (domain, key),
             (self.id, held),
-            asked,
+            (asked, room),
             engine.now(),
             shared.peers.total(),
         )
@@ -296,7 +294,7 @@ impl QuotaStream {
 fn strategy_name(a: Assignment) -> &'static str {
     match a {
         Assignment::AllowAll => "allow_all",
-        Assignment::DenyAll => "deny_all",
+        Assignment::DenyAll { .. } => "deny_all",
         Assignment::TokenBucket { .. } => "token_bucket",
     }
 }
@@ -312,7 +310,7 @@ fn pb_duration(d: Duration) -> PbDuration {
 pub fn action(id: Option<BucketId>, assignment: Assignment, abandon: bool) -> BucketAction {
     let strategy = match assignment {
         Assignment::AllowAll => Strategy::BlanketRule(BlanketRule::AllowAll as i32),
-        Assignment::DenyAll => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
+        Assignment::DenyAll { .. } => Strategy::BlanketRule(BlanketRule::DenyAll as i32),
         Assignment::TokenBucket {
             max_tokens,
             tokens_per_fill,
