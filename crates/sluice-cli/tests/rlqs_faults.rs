@@ -193,8 +193,9 @@ fn a_reload_that_removes_the_rule_abandons_its_buckets() {
     let (_envoy, listen, _) = start_envoy(sluice.dir(), &sluice, upstream_port);
     assert_eq!(get(listen, "/", "alice").0, 200);
     wait_metric(&sluice, TOKEN_BUCKETS, 1.0, Duration::from_secs(10));
-    let (before, _) = burst(listen, "alice", 30);
-    assert!(before <= 6, "admitted {before} of 30 under the rule");
+    // 60 at once: Envoy admits at most half the room left before its next report.
+    let (before, _) = burst(listen, "alice", 60);
+    assert!(before <= 32, "admitted {before} of 60 under the rule");
 
     let unlimited = "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: { unit: minute, requests_per_unit: 60 }\n";
     std::fs::write(sluice.rules_dir().join("edge.yaml"), unlimited).unwrap();

@@ -23,9 +23,7 @@ use sluice_config::RuleSet;
 use sluice_core::{Clock, ManualClock};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::RlsOptions;
-use sluice_rls::rlqs::{
-    Asked, Assignment, Bucket, BucketKey, DemandBook, Sent, due, record,
-};
+use sluice_rls::rlqs::{Asked, Assignment, Bucket, BucketKey, DemandBook, Sent, due, record};
 use sluice_store::MemoryStore;
 
 use crate::envoy::{EnvoyBucket, Usage};

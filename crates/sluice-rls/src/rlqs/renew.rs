@@ -122,11 +122,7 @@ mod tests {
         // A fall is sent from 2% on: 19 is, 20 is not.
         assert!(due(sent(bucket(2, 36), 0), bucket(2, 34), 5 * S));
         assert!(!due(sent(bucket(2, 36), 0), bucket(2, 36), 5 * S));
-        assert!(!due(
-            sent(DENY, 0),
-            DENY,
-            5 * S
-        ));
+        assert!(!due(sent(DENY, 0), DENY, 5 * S));
     }
 
     #[test]

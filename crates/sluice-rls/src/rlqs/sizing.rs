@@ -122,11 +122,7 @@ pub const OF_THE_ROOM: f64 = 0.5;
 /// The whole report intervals of `horizon` left in the window.
 fn intervals_left(room: Room, horizon: Duration) -> f64 {
     let (t, h) = (room.reset_after.as_secs_f64(), horizon.as_secs_f64());
-    if h > 0.0 {
-        (t / h).floor()
-    } else {
-        0.0
-    }
+    if h > 0.0 { (t / h).floor() } else { 0.0 }
 }
 
 /// The window's pace over the next `horizon`: the room left spread over the whole report
@@ -298,7 +294,12 @@ mod tests {
     fn no_room_with_the_window_far_from_its_end_denies() {
         // Kept until the window allows more, and the next report: at least the usual TTL.
         let a = assign(Some(room(0, 12, 100, 20)), 1.0);
-        assert_eq!(a, Assignment::DenyAll { ttl: ASSIGNMENT_TTL });
+        assert_eq!(
+            a,
+            Assignment::DenyAll {
+                ttl: ASSIGNMENT_TTL
+            }
+        );
         let a = assign(Some(room(0, 50, 100, 60)), 1.0);
         assert_eq!(a.ttl(), Duration::from_secs(55));
         let a = assign(Some(room(0, 86_000, 100, 86_400)), 1.0);
@@ -349,7 +350,16 @@ mod tests {
     fn a_small_share_still_gets_a_burst_of_one() {
         // 2.4 allowed: a burst of one, the rest paced.
         let a = assign(Some(room(20, 60, 20, 60)), 0.24);
-        assert!(matches!(a, Assignment::TokenBucket { max_tokens: 1.., .. }), "{a:?}");
+        assert!(
+            matches!(
+                a,
+                Assignment::TokenBucket {
+                    max_tokens: 1..,
+                    ..
+                }
+            ),
+            "{a:?}"
+        );
         assert!(a.admits_at_most(REPORT_EVERY) <= 2.4, "{a:?}");
     }
 
@@ -366,7 +376,12 @@ mod tests {
     fn less_than_one_request_denies() {
         // The room is there (2 of it now), this Envoy's share of it is not: the usual TTL.
         let a = assign(Some(room(4, 60, 10, 60)), 0.3);
-        assert_eq!(a, Assignment::DenyAll { ttl: ASSIGNMENT_TTL });
+        assert_eq!(
+            a,
+            Assignment::DenyAll {
+                ttl: ASSIGNMENT_TTL
+            }
+        );
         // Less than one request for all of this instance's Envoys: until the window ends.
         let a = assign(Some(room(1, 60, 10, 60)), 0.5);
         assert_eq!(a.ttl(), Duration::from_secs(65));
