@@ -82,9 +82,10 @@ fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_co
     let (_envoy, listen, _) = start_envoy(sluice.dir(), &sluice, upstream_port);
     assert_eq!(get(listen, "/", "alice").0, 200);
     wait_metric(&sluice, TOKEN_BUCKETS, 1.0, Duration::from_secs(10));
-    // Enforced: a token bucket of about one request a second, with a burst of one.
-    let (before, _) = burst(listen, "alice", 30);
-    assert!(before <= 6, "admitted {before} of 30 with Sluice up");
+    // Enforced: a token bucket refilled at the pace (about one request a second) that saves
+    // up to half the room: a burst takes at most half the room and a report interval's pace.
+    let (before, _) = burst(listen, "alice", 60);
+    assert!(before <= 36, "admitted {before} of 60 with Sluice up");
     let mut admitted = 1 + before;
 
     let clock = SystemClock::new();
@@ -98,7 +99,7 @@ fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_co
         Duration::from_secs(4).saturating_sub(Duration::from_secs_f64(since(&clock, killed))),
     );
     let (later, _) = burst(listen, "alice", 20);
-    assert!(later <= 3, "admitted {later} of 20 4 s after the kill");
+    assert!(later <= 6, "admitted {later} of 20 4 s after the kill");
     admitted += later;
     // Then the assignment expires and `ALLOW_ALL` lets everything through.
     let mut open_after = None;
@@ -125,8 +126,8 @@ fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_co
     // assignment (this process starts with empty counters: the memory store).
     sluice.restart();
     wait_metric(&sluice, TOKEN_BUCKETS, 1.0, Duration::from_secs(15));
-    let (again, _) = burst(listen, "alice", 30);
-    assert!(again <= 6, "admitted {again} of 30 after Sluice came back");
+    let (again, _) = burst(listen, "alice", 60);
+    assert!(again <= 36, "admitted {again} of 60 after Sluice came back");
     admitted += again;
     assert_eq!(hits.load(Ordering::Relaxed) as usize, admitted);
 }

@@ -52,8 +52,10 @@ impl Drop for Envoy {
     }
 }
 
-/// Starts Envoy on `config` (one worker; `--base-id` from `listen` so several run at once).
+/// Starts Envoy on `config` (one worker; `--base-id` from `listen` so several run at once;
+/// its log level `warn`, or `SLUICE_TEST_ENVOY_LOG`'s).
 pub fn start(config: &Path, listen: u16, log: Stdio) -> Envoy {
+    let level = std::env::var("SLUICE_TEST_ENVOY_LOG").unwrap_or_else(|_| "warn".into());
     Envoy(
         Command::new(envoy_binary())
             .arg("-c")
@@ -62,7 +64,7 @@ pub fn start(config: &Path, listen: u16, log: Stdio) -> Envoy {
                 "--base-id",
                 &listen.to_string(),
                 "--log-level",
-                "warn",
+                &level,
                 "--concurrency",
                 "1",
             ])

@@ -158,7 +158,10 @@ impl Drop for Serve {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // `SLUICE_KEEP_LOGS` keeps the directory (its config, rules and logs) for a look after.
+        if std::env::var_os("SLUICE_KEEP_LOGS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

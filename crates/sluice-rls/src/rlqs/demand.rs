@@ -17,7 +17,8 @@
 //! gone quiet with its clients and be about to come back with the others (a client behind a
 //! balancer bursts on every Envoy at once). For a minute ([`CARRIER_MEMORY`]) a stale demand
 //! still tells that its stream carries the bucket, and it counts as a demand like the
-//! reporting stream's own: each Envoy that meets the returning burst takes an even part, where
+//! reporting stream's own (at most its own last one, so a rogue stream that asked for little
+//! claims no more by falling silent): each Envoy that meets the returning burst takes an even part, where
 //! counting only the fresh demands gave the first to report the whole room, the second half of
 //! it, and so on. A bucket no stream reported within that minute is new: for its first report
 //! interval, before every Envoy carrying it has reported, a stream's share is at most an even
@@ -46,6 +47,19 @@ pub const CARRIER_MEMORY: std::time::Duration = std::time::Duration::from_secs(6
 /// demands: a stream that admitted nothing in its last report interval (its clients paused)
 /// still gets a few requests, where a share of nothing was `DENY_ALL` until its next report.
 pub const EVEN_FLOOR: f64 = 0.1;
+
+/// What a stream's new assignment lets it admit until its next report: its refill, and its
+/// burst unless it denied requests since its previous report (its bucket was drained, and a
+/// replacing token bucket keeps only the old one's tokens: Envoy does not hand out the new
+/// burst again). Reserving the burst of drained streams held windows of steady traffic over
+/// the limit under 90% of it.
+fn claim(assignment: Assignment, asked: Asked) -> f64 {
+    if asked.denied > 0.0 {
+        assignment.refills(REPORT_EVERY)
+    } else {
+        assignment.admits_at_most(REPORT_EVERY)
+    }
+}
 
 /// One stream's demand for one bucket.
 #[derive(Clone, Copy, Debug)]
@@ -213,7 +227,11 @@ impl DemandBook {
             .map(|d| d.claim)
             .sum();
         let carriers = (fresh.len() + stale.len() + 1) as f64;
-        let by_demand = match others + own * (1 + stale.len()) as f64 {
+        // A stale stream counts as much as this one's demand, at most its own last one: a
+        // stream that asked for little (a rogue one reporting denials on someone's bucket,
+        // bounded above) cannot claim more by falling silent.
+        let returning: f64 = stale.iter().map(|d| d.per_second.min(own)).sum();
+        let by_demand = match others + own + returning {
             total if total > 0.0 => own / total,
             _ => 1.0 / carriers,
         };
@@ -239,7 +257,7 @@ impl DemandBook {
                 stream,
                 per_second: own,
                 at: now,
-                claim: assignment.map_or(0.0, |a| a.admits_at_most(REPORT_EVERY).min(1e12)),
+                claim: assignment.map_or(0.0, |a| claim(a, asked).min(1e12)),
             });
         }
         (share, assignment)
@@ -332,6 +350,22 @@ mod tests {
             book.share(("d", &k), (2, true), admitted(5.0), 62 * S, 2),
             1.0
         );
+    }
+
+    #[test]
+    fn silent_rogue_streams_claim_no_more_than_they_asked() {
+        let book = DemandBook::new(10);
+        let k = key("victim");
+        // Sixteen streams report the victim's bucket once, asking for little (denials are
+        // bounded by an even part of the rule's rate), then fall silent.
+        for rogue in 2..18 {
+            book.share(("d", &k), (rogue, true), admitted(0.1), S, 17);
+        }
+        // 20 s on, the victim's Envoy reports its clients' demand: the rogues count as what
+        // they asked, not as much as the victim, and a tenth of the room is split evenly.
+        let share = book.share(("d", &k), (1, true), admitted(10.0), 20 * S, 17);
+        assert!(share > 0.75, "{share}");
+        // Counted as the victim's demand each, they would have left it 1/17.
     }
 
     #[test]
