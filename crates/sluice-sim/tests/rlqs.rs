@@ -29,21 +29,21 @@ fn three_times_the_limit_over_two_envoys_is_held_to_it_by_demand() {
         let windows = &p.busiest_key_admitted;
         assert_eq!(windows.len(), 15);
         // After the first two windows (the first assignments are made before any usage is
-        // counted), no window admits more than 105% of the limit, and none less than 80%.
-        // The simulator admits less than the real Envoys: 85 to 92 here where the real test
-        // (`two_envoys_hold_a_user_to_the_limit_by_demand`) gives 89 to 98; what an Envoy's
+        // counted), no window admits more than 105% of the limit, and none less than 85%.
+        // The simulator admits about what the real Envoys do: 87 to 95 here, where the real test
+        // (`two_envoys_hold_a_user_to_the_limit_by_demand`) gave 88 to 98; what an Envoy's
         // assignment leaves unused is lost to the window (a replacing token bucket starts with
         // what the old one had left), and how much depends on the phase of the reports.
         let warm = &windows[2..];
         for (w, &n) in warm.iter().enumerate() {
             assert!(
-                (80..=105).contains(&n),
+                (85..=105).contains(&n),
                 "{weights}: window {} admitted {n} of 100: {windows:?}",
                 w + 2
             );
         }
         let mean = warm.iter().sum::<u64>() as f64 / warm.len() as f64;
-        assert!(mean >= 85.0, "{weights}: {mean} a window: {windows:?}");
+        assert!(mean >= 88.0, "{weights}: {mean} a window: {windows:?}");
         // One report per Envoy per 5 s, whatever the rate.
         assert!(
             p.store_ops_per_request < 0.05,
@@ -56,7 +56,7 @@ fn three_times_the_limit_over_two_envoys_is_held_to_it_by_demand() {
 #[test]
 fn a_user_under_the_limit_is_not_locked_out() {
     // Half the limit's pace over two Envoys, arriving at random: a token bucket that saves up
-    // to its share of half the room takes most clumps (679 of 736 admitted; with a burst of a
+    // to its share of half the room takes most clumps (681 of 736 admitted; with a burst of a
     // tenth of a 5 s allowance, about 18% were refused).
     let report = run(&scenario("[1, 1]", 2.5));
     let p = &report.policies[0];
