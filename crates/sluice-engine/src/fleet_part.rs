@@ -24,6 +24,10 @@ pub struct FleetPart {
     /// global count: what a look reads, without this instance's budget (which a look that
     /// finds it spent answers as no room at all). `None` for other rules.
     pub room: Option<u64>,
+    /// Whether other instances hand out the same room (a synced or exact rule on a store that
+    /// counts more than this instance, or that expects more): each reads the others'
+    /// admissions late, even while this one's part is whole.
+    pub shared: bool,
 }
 
 impl Engine {
@@ -51,19 +55,23 @@ impl Engine {
             .into_iter()
             .map(|m| {
                 let rule = &table.rules[m.rule.index];
-                let (part, room) = match &*rule.kind {
+                let (part, room, shared) = match &*rule.kind {
                     RuleKind::Synced(synced) => {
                         let p =
                             with_key(rule.key_values(entries), |key| synced.part(key, now, store));
-                        (p.part, p.room)
+                        let parties = store.fleet.max(synced.params.expected_instances);
+                        (p.part, p.room, parties > 1)
                     }
-                    RuleKind::Exact(_) => (1.0 / store.fleet.max(1) as f64, None),
-                    RuleKind::Local(_) | RuleKind::Unlimited | RuleKind::Blocked => (1.0, None),
+                    RuleKind::Exact(_) => (1.0 / store.fleet.max(1) as f64, None, store.fleet > 1),
+                    RuleKind::Local(_) | RuleKind::Unlimited | RuleKind::Blocked => {
+                        (1.0, None, false)
+                    }
                 };
                 FleetPart {
                     rule_id: rule.id.clone(),
                     part,
                     room,
+                    shared,
                 }
             })
             .collect()

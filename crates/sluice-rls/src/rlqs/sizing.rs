@@ -18,6 +18,8 @@
 //! left ([`OF_THE_ROOM`]) for clients under the limit whose requests come in clumps (a
 //! bucket as small as one interval's pace refused a quarter of random arrivals at half the
 //! limit); the two together never exceed the room. Each Envoy gets its demand's share.
+//! Where other Sluice instances share the room, the allowance is the pace alone, a tenth of
+//! it as burst ([`assign`]).
 
 use std::time::Duration;
 
@@ -59,6 +61,9 @@ pub struct Room {
     /// This instance's part of the room (1: its own, or alone): other Sluice instances hand
     /// the rest to their Envoys (`Engine::fleet_parts`).
     pub part: f64,
+    /// Whether other Sluice instances hand out the same room (even while this one's part is
+    /// whole).
+    pub shared: bool,
 }
 
 /// What an Envoy is told to do with a bucket.
@@ -145,10 +150,10 @@ pub fn pace(room: Room, horizon: Duration) -> f64 {
         w if w > 0.0 => room.limit as f64 * (horizon.as_secs_f64() / w).min(1.0),
         _ => 0.0,
     };
-    if room.part >= 1.0 {
-        next.min(room.remaining as f64)
-    } else {
+    if room.shared {
         next
+    } else {
+        next.min(room.remaining as f64)
     }
 }
 
@@ -162,10 +167,10 @@ pub fn pace(room: Room, horizon: Duration) -> f64 {
 /// 85% to 110%: [`assign`]).
 pub fn allowance(room: Room, horizon: Duration) -> f64 {
     let remaining = room.remaining as f64;
-    let saved = if room.part >= 1.0 {
-        remaining * OF_THE_ROOM
-    } else {
+    let saved = if room.shared {
         0.0
+    } else {
+        remaining * OF_THE_ROOM
     };
     (pace(room, horizon) + saved).min(remaining)
 }
@@ -203,7 +208,7 @@ pub fn assign(room: Option<Room>, share: f64) -> Assignment {
     };
     let ours = allowance(room, REPORT_EVERY) * part;
     let mine = ours * share;
-    if part < 1.0 {
+    if room.shared {
         return shared(mine);
     }
     // Less than one request (and the hourly token): admitting one would overshoot, so
@@ -271,6 +276,7 @@ mod tests {
             limit,
             window: Duration::from_secs(window_secs),
             part: 1.0,
+            shared: false,
         }
     }
 

@@ -208,5 +208,6 @@ fn room(s: &RuleStatus<'_>, parts: &[FleetPart]) -> Option<Room> {
         limit,
         window,
         part: fleet.map_or(1.0, |p| p.part),
+        shared: fleet.is_some_and(|p| p.shared),
     })
 }
