@@ -131,7 +131,20 @@ fn sluice_killed_envoy_keeps_its_assignment_until_the_ttl_then_fails_open_and_co
     // Sluice back on the same port: Envoy reconnects on its report timer and gets a new
     // assignment (this process starts with empty counters: the memory store).
     sluice.restart();
-    wait_metric(&sluice, TOKEN_BUCKETS, 1.0, Duration::from_secs(15));
+    // A token bucket, or `DENY_ALL` when what Envoy reported on reconnecting (its usage since
+    // the last report it built, failed open) is over this window's limit already.
+    let assigned = || {
+        metric(&sluice, TOKEN_BUCKETS)
+            + metric(
+                &sluice,
+                "sluice_rlqs_assignments_total{strategy=\"deny_all\"}",
+            )
+    };
+    assert!(
+        wait_until(Duration::from_secs(15), || assigned() >= 1.0),
+        "no assignment 15 s after Sluice came back; sluice log: {}",
+        sluice.log_tail()
+    );
     let (again, _) = burst(listen, "alice", 60);
     assert!(again <= 22, "admitted {again} of 60 after Sluice came back");
     admitted += again;

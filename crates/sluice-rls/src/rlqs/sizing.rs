@@ -166,13 +166,11 @@ pub fn pace(room: Room, horizon: Duration) -> f64 {
 /// the last, partial interval the next window's (the sizing the two-instance test holds to
 /// 85% to 110%: [`assign`]).
 pub fn allowance(room: Room, horizon: Duration) -> f64 {
+    if room.shared {
+        return pace(room, horizon);
+    }
     let remaining = room.remaining as f64;
-    let saved = if room.shared {
-        0.0
-    } else {
-        remaining * OF_THE_ROOM
-    };
-    (pace(room, horizon) + saved).min(remaining)
+    (pace(room, horizon) + remaining * OF_THE_ROOM).min(remaining)
 }
 
 /// Tokens per fill and the fill interval of a rate of at most `per_second`: the whole tokens
