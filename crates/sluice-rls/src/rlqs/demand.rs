@@ -150,8 +150,10 @@ impl DemandBook {
 
     /// Notes `stream`'s demand for a bucket (unless `keep` is false: a bucket the stream does
     /// not hold) and returns its share of the bucket's demand (`open_streams` divides it
-    /// evenly when the book is full).
-    pub fn share(
+    /// evenly when the book is full). The door and the simulator take the assignment
+    /// ([`assignment`](Self::assignment)); the share alone is for the tests.
+    #[cfg(test)]
+    fn share(
         &self,
         bucket: (&str, &BucketKey),
         stream: (u64, bool),
@@ -163,7 +165,8 @@ impl DemandBook {
             .0
     }
 
-    /// Notes `stream`'s demand for a bucket as [`share`](Self::share) does, and returns its
+    /// Notes `stream`'s demand for a bucket (unless `keep` is false: a bucket the stream does
+    /// not hold; `open_streams` divides it evenly when the book is full), and returns its
     /// assignment under `room`: its share of the room, and no more than the other streams'
     /// assignments have left unclaimed. What another stream's last assignment lets it admit until its next report
     /// (made within the last report interval) is out of the room until that report counts

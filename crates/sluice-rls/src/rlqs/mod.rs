@@ -35,7 +35,8 @@ pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN, Sent, due};
 pub use server::{RlqsServer, rlqs_service};
 pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{
-    ASSIGNMENT_TTL, Assignment, REPORT_EVERY, Room, UNLIMITED_TTL, allowance, assign,
+    ASSIGNMENT_TTL, Assignment, OF_THE_ROOM, REPORT_EVERY, Room, UNLIMITED_TTL, allowance, assign,
+    pace,
 };
 pub use usage::{Recorded, record};
 pub use wire::{RESPONSE_PART_BYTES, WireReport, WireResponse};
