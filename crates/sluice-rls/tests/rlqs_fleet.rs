@@ -123,7 +123,7 @@ async fn usage_beyond_the_room_is_counted() {
 }
 
 #[tokio::test]
-async fn an_unchanged_assignment_is_sent_again_only_before_it_lapses() {
+async fn an_unchanged_assignment_is_not_sent_again_and_a_material_change_is() {
     let clock = ManualClock::new(T0);
     let store = Arc::new(MemoryStore::new(Arc::new(clock.clone()) as Arc<dyn Clock>));
     let engine = instance("a", &clock, &store);
@@ -146,24 +146,23 @@ async fn an_unchanged_assignment_is_sent_again_only_before_it_lapses() {
         answer.is_err(),
         "an answer to an unchanged assignment: {answer:?}"
     );
-    // 10 s after it was sent, at most two report intervals of its 20 s are left: renewed.
+    // 10 s after it was sent: still no answer, as its time to live is a window of the rule
+    // (60 s; renewed when at most two report intervals of it are left: renew.rs).
     clock.set(T0 + 10 * SECOND);
     tx.send(report("", vec![usage(alice(), 5, 0)]))
         .await
         .unwrap();
-    let renewed = actions(&next(&mut inbox).await);
-    assert!(matches!(
-        renewed[&name(&alice())],
-        (Some(Strategy::TokenBucket(_)), 20)
-    ));
+    let answer = tokio::time::timeout(Duration::from_millis(300), inbox.message()).await;
+    assert!(answer.is_err(), "an answer 10 s on: {answer:?}");
     // Most of the room used at once: a material change, sent at once.
     clock.set(T0 + 11 * SECOND);
     tx.send(report("", vec![usage(alice(), 400, 0)]))
         .await
         .unwrap();
-    let changed = actions(&next(&mut inbox).await)[&name(&alice())].0;
+    let (changed, ttl) = actions(&next(&mut inbox).await)[&name(&alice())];
     assert!(
         per_interval(changed) < 0.5 * per_interval(first),
         "{changed:?}"
     );
+    assert_eq!(ttl, 60);
 }

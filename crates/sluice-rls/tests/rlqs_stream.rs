@@ -14,7 +14,8 @@ async fn reports_share_the_limit_with_rls_and_get_assignments() {
     let (tx, mut inbox) = open(s.addr).await.unwrap();
     let alice = bucket(&[("user", "alice")]);
     let free = bucket(&[("path", "/")]);
-    // A new bucket's first report (Envoy sends one at once): a token bucket with a 20 s TTL.
+    // A new bucket's first report (Envoy sends one at once): a token bucket living a window of
+    // its rule (a minute).
     tx.send(report(
         "d",
         vec![usage(alice.clone(), 1, 0), usage(free.clone(), 3, 0)],
@@ -23,7 +24,7 @@ async fn reports_share_the_limit_with_rls_and_get_assignments() {
     .unwrap();
     let first = actions(&next(&mut inbox).await);
     assert!(
-        matches!(first[&name(&alice)], (Some(Strategy::TokenBucket(_)), 20)),
+        matches!(first[&name(&alice)], (Some(Strategy::TokenBucket(_)), 60)),
         "{first:?}"
     );
     // No rule for `path`: allow all, for an hour.

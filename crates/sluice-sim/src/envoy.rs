@@ -185,12 +185,13 @@ impl EnvoyBucket {
                     numbers: old,
                     bucket,
                 },
-            ) if old == numbers => Enforced::Bucket { numbers, bucket },
+            ) if same_numbers(old, numbers) => Enforced::Bucket { numbers, bucket },
             (
                 Assignment::TokenBucket {
                     max_tokens,
                     tokens_per_fill,
                     fill_interval_secs,
+                    ..
                 },
                 previous,
             ) => {
@@ -208,6 +209,21 @@ impl EnvoyBucket {
     }
 }
 
+/// Whether two token bucket assignments carry the same numbers (Envoy's
+/// `shouldReplaceTokenBucket` compares these, not the time to live).
+fn same_numbers(a: Assignment, b: Assignment) -> bool {
+    let numbers = |a| match a {
+        Assignment::TokenBucket {
+            max_tokens,
+            tokens_per_fill,
+            fill_interval_secs,
+            ..
+        } => Some((max_tokens, tokens_per_fill, fill_interval_secs)),
+        _ => None,
+    };
+    numbers(a).is_some() && numbers(a) == numbers(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +232,7 @@ mod tests {
         max_tokens: 2,
         tokens_per_fill: 10,
         fill_interval_secs: 10,
+        ttl: sluice_rls::rlqs::ASSIGNMENT_TTL,
     };
 
     const MS: u64 = NS / 1000;
@@ -251,6 +268,7 @@ mod tests {
             max_tokens: 3,
             tokens_per_fill: 10,
             fill_interval_secs: 10,
+            ttl: sluice_rls::rlqs::ASSIGNMENT_TTL,
         };
         // A replacing bucket keeps the old one's tokens (one, refilled since the drain), not
         // its own three.

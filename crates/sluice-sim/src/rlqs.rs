@@ -233,7 +233,10 @@ impl<'a> Envoys<'a> {
                 .keys()
                 .filter_map(|&k| sluice.keys[k as usize].clone())
                 .collect();
-            sluice.book.forget("sim", node as u64 + 1, keys.into_iter());
+            // Its stream ends: its Envoy's admissions since its last report go with it.
+            sluice
+                .book
+                .ended("sim", node as u64 + 1, keys.into_iter(), self.t0 + t);
             return;
         }
         let usages: Vec<Usage> = self.buckets[node]

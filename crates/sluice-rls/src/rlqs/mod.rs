@@ -36,7 +36,7 @@ pub use server::{RlqsServer, rlqs_service};
 pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{
     ASSIGNMENT_TTL, Assignment, OF_THE_ROOM, REPORT_EVERY, Room, UNLIMITED_TTL, allowance, assign,
-    pace,
+    pace, token_bucket_ttl,
 };
 pub use usage::{Recorded, record};
 pub use wire::{RESPONSE_PART_BYTES, WireReport, WireResponse};

@@ -12,8 +12,8 @@
 //! was sized for; on a smaller one, less); or when the
 //! previous one has at most [`RENEW_WITHIN`] of its time to live left, so that it is renewed
 //! one whole report interval before it would lapse (a late or lost report leaves Envoy on it).
-//! With a 20 s time to live and reports every 5 s, an unchanged assignment goes out every
-//! other report.
+//! With a 20 s time to live (a token bucket of a 20 s window) and reports every 5 s, an
+//! unchanged assignment goes out every other report; of a minute's, every tenth.
 
 use std::time::Duration;
 
@@ -61,13 +61,15 @@ fn material(previous: Assignment, next: Assignment) -> bool {
         (
             Assignment::TokenBucket {
                 fill_interval_secs: a,
+                ttl: was_ttl,
                 ..
             },
             Assignment::TokenBucket {
                 fill_interval_secs: b,
+                ttl,
                 ..
             },
-        ) if a == b => {
+        ) if a == b && was_ttl == ttl => {
             let (was, now) = (
                 previous.admits_at_most(REPORT_EVERY),
                 next.admits_at_most(REPORT_EVERY),
@@ -94,6 +96,7 @@ mod tests {
             max_tokens,
             tokens_per_fill,
             fill_interval_secs: 10,
+            ttl: super::super::sizing::ASSIGNMENT_TTL,
         }
     }
 
@@ -110,6 +113,7 @@ mod tests {
             max_tokens: 2,
             tokens_per_fill: 36,
             fill_interval_secs: 60,
+            ttl: super::super::sizing::ASSIGNMENT_TTL,
         };
         assert!(due(sent(bucket(2, 36), 0), slow, S));
     }

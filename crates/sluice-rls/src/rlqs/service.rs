@@ -148,6 +148,7 @@ async fn run(
     }
     let (id, domain, keys) = stream.into_parts();
     if let Some(domain) = domain {
-        shared.demand.forget(&domain, id, keys);
+        let now = shared.engine.load().now();
+        shared.demand.ended(&domain, id, keys, now);
     }
 }

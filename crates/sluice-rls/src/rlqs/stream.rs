@@ -315,6 +315,7 @@ pub fn action(id: Option<BucketId>, assignment: Assignment, abandon: bool) -> Bu
             max_tokens,
             tokens_per_fill,
             fill_interval_secs,
+            ..
         } => Strategy::TokenBucket(TokenBucket {
             max_tokens,
             tokens_per_fill: Some(UInt32Value {
