@@ -155,8 +155,8 @@ async fn sigterm_ends_rlqs_streams_cleanly() {
 }
 
 /// Two Envoys, one user's traffic at 3x a limit of 100 per 20 s, split evenly (user `even`)
-/// and 9:1 (user `skewed`) at once: every window after the first two admits 80% to 105% of
-/// the limit, 88% on average, with no call per request.
+/// and 9:1 (user `skewed`) at once: every window after the first two admits 88% to 105% of
+/// the limit, 93% on average, with no call per request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_envoys_hold_a_user_to_the_limit_by_demand() {
     const WINDOWS: usize = 6;
@@ -186,20 +186,21 @@ async fn two_envoys_hold_a_user_to_the_limit_by_demand() {
     let reports = metric(&sluice, "sluice_rlqs_reports_total");
     let requests = 15.0 * 2.0 * window.as_secs_f64() * WINDOWS as f64;
     eprintln!("{reports} reports for {requests} requests");
-    // Every window after the first two within 80% to 105% of the limit, at least 88% on
-    // average (measured over three runs: 84 to 98, means 90 to 95; what an assignment leaves
-    // unused in a window is lost to it, as a replacing token bucket keeps only the old one's
-    // tokens, and the small Envoy of the 9:1 split holds a burst it rarely spends).
+    // Every window after the first two within 88% to 105% of the limit, at least 93% on
+    // average (the figure is 90% to 105%; measured: even 96 to 100, 9:1 92 to 98, a
+    // busy machine moving a request or two across a window's edge now and then). Before a
+    // drained Envoy's bucket was a second of its rate deep, and before a window's last
+    // interval could spend what the window carried in from the one before, 84 to 98.
     for (name, windows) in [("even", &even), ("skewed", &skewed)] {
         for (w, &n) in windows.iter().enumerate().skip(2) {
             assert!(
-                (80..=105).contains(&n),
+                (88..=105).contains(&n),
                 "{name}: window {w} admitted {n} of 100: {windows:?}"
             );
         }
         let warm = &windows[2..];
         let mean = warm.iter().sum::<u64>() as f64 / warm.len() as f64;
-        assert!(mean >= 88.0, "{name}: {mean} a window: {windows:?}");
+        assert!(mean >= 93.0, "{name}: {mean} a window: {windows:?}");
     }
     // A report per Envoy per 5 s whatever the traffic: 0.4 a second here for 15 requests a
     // second; 1/100 of the requests from 40 requests a second per Envoy.

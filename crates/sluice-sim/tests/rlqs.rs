@@ -29,21 +29,20 @@ fn three_times_the_limit_over_two_envoys_is_held_to_it_by_demand() {
         let windows = &p.busiest_key_admitted;
         assert_eq!(windows.len(), 15);
         // After the first two windows (the first assignments are made before any usage is
-        // counted), no window admits more than 105% of the limit, and none less than 85%.
-        // The simulator admits about what the real Envoys do: 87 to 95 here, where the real test
-        // (`two_envoys_hold_a_user_to_the_limit_by_demand`) gave 88 to 98; what an Envoy's
-        // assignment leaves unused is lost to the window (a replacing token bucket starts with
-        // what the old one had left), and how much depends on the phase of the reports.
+        // counted), every window admits 90% to 105% of the limit (the figure): 97 to
+        // 100 here. A drained Envoy's bucket of one token wasted the refill that came while it
+        // was full, and the window's last interval left out what the window carried in from
+        // the one before: 87 to 95 (`Assignment::drained`, `rlqs/carry.rs`).
         let warm = &windows[2..];
         for (w, &n) in warm.iter().enumerate() {
             assert!(
-                (85..=105).contains(&n),
+                (90..=105).contains(&n),
                 "{weights}: window {} admitted {n} of 100: {windows:?}",
                 w + 2
             );
         }
         let mean = warm.iter().sum::<u64>() as f64 / warm.len() as f64;
-        assert!(mean >= 88.0, "{weights}: {mean} a window: {windows:?}");
+        assert!(mean >= 95.0, "{weights}: {mean} a window: {windows:?}");
         // One report per Envoy per 5 s, whatever the rate.
         assert!(
             p.store_ops_per_request < 0.05,

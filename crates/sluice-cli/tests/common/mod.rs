@@ -22,16 +22,21 @@ fn spawn(dir: &Path) -> Child {
             std::env::var("SLUICE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .stdout(Stdio::null())
-        .stderr(if std::env::var("SLUICE_TEST_LOG").is_ok() {
-            Stdio::inherit()
-        } else {
-            // Kept (appended across restarts) so a failing test can show what the server said.
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join("serve.log"))
-                .map_or_else(|_| Stdio::null(), Stdio::from)
-        })
+        .stderr(
+            if std::env::var("SLUICE_TEST_LOG").is_ok()
+                && std::env::var_os("SLUICE_KEEP_LOGS").is_none()
+            {
+                Stdio::inherit()
+            } else {
+                // Kept (appended across restarts) so a failing test can show what the server
+                // said; with `SLUICE_KEEP_LOGS`, each server's log stays in its directory.
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join("serve.log"))
+                    .map_or_else(|_| Stdio::null(), Stdio::from)
+            },
+        )
         .spawn()
         .expect("start sluice serve")
 }

@@ -76,17 +76,26 @@ impl SyncedRule {
         );
         let room = Some((p.limit as f64 - estimate).max(0.0).floor() as u64);
         let known = 1 + phantoms + shared.map_or(0, |x| x.live_others(p, now).count() as u64);
-        // This instance's count as the store has it (what its last flushes sent), as the
-        // others read it: the shares of instances that read the same store state add up to
-        // one; with its own count fresher than theirs each took a little more.
+        // Every instance's count as the store has it (what their last flushes sent), projected
+        // from when they flushed to now (`count_share`): this instance's own count is fresher
+        // than the others' by up to a flush (its clients' last report in it, theirs not), and
+        // shares of counts of different ages added up to 1.11 (windows at 118 of 100 with
+        // two real instances).
         let flushed = model::KeyView {
             local: view
                 .local
                 .saturating_sub(u32::try_from(state.unsent()).unwrap_or(u32::MAX)),
             ..view
         };
-        let share = count_share(p, &flushed, shared, (window_start, now), phantoms)
-            .unwrap_or(1.0 / known as f64);
+        let flushed_at = shared.map_or(now, |x| x.heard_at);
+        let share = count_share(
+            p,
+            (&flushed, flushed_at),
+            shared,
+            (window_start, now),
+            phantoms,
+        )
+        .unwrap_or(1.0 / known as f64);
         KeyPart {
             part: with_floor(share, known),
             room,
@@ -123,19 +132,40 @@ impl SyncedRule {
 /// add up, so every instance reading the same store state gets shares that add up to one.
 fn count_share(
     p: &super::params::SyncedParams,
-    view: &model::KeyView,
+    (view, flushed_at): (&model::KeyView, Nanos),
     shared: Option<&super::shared::Shared>,
     (window_start, now): (Nanos, Nanos),
     phantoms: u64,
 ) -> Option<f64> {
     let elapsed = now.saturating_sub(window_start).min(p.window_ns) as f64;
     let back = 1.0 - elapsed / p.window_ns.max(1) as f64;
-    let listed: f64 = shared.map_or(0.0, |x| x.others.iter().map(|o| f64::from(o.count)).sum());
+    let listed: f64 = shared.map_or(0.0, |x| {
+        x.others
+            .iter()
+            .map(|o| f64::from(o.count) * projection(o.at, (window_start, now)))
+            .sum()
+    });
     let others_now = listed.max(f64::from(view.others_read));
     let others_before = f64::from(view.prev_global.saturating_sub(view.prev_local));
-    let own = f64::from(view.local) + back * f64::from(view.prev_local);
+    let own = f64::from(view.local) * projection(flushed_at, (window_start, now))
+        + back * f64::from(view.prev_local);
     let total = own * (1 + phantoms) as f64 + others_now + back * others_before;
     (total > 0.0).then(|| own / total)
+}
+
+/// The most a count is scaled up by [`projection`].
+const MAX_PROJECTION: f64 = 3.0;
+
+/// How much a count in the window read as of `at` grows by `now` at the same pace: the window's
+/// time elapsed by `now` over that elapsed by `at` (at most [`MAX_PROJECTION`], and 1 for a
+/// count read before the window began or in the future).
+fn projection(at: Nanos, (window_start, now): (Nanos, Nanos)) -> f64 {
+    if at <= window_start || at >= now {
+        return 1.0;
+    }
+    let by_now = now.saturating_sub(window_start) as f64;
+    let by_then = at.saturating_sub(window_start) as f64;
+    (by_now / by_then).min(MAX_PROJECTION)
 }
 
 /// A `share` (0..=1) of the admissions of `known` instances, with [`FLOOR`] of the room kept
@@ -153,6 +183,18 @@ pub(crate) fn with_floor(share: f64, known: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_read_earlier_in_the_window_is_projected_to_now() {
+        const S: Nanos = 1_000_000_000;
+        // Read 5 s into the window, now 10 s in: twice as much by now.
+        assert_eq!(projection(105 * S, (100 * S, 110 * S)), 2.0);
+        // Read just after the window began: at most three times.
+        assert_eq!(projection(100 * S + 1, (100 * S, 110 * S)), MAX_PROJECTION);
+        // Read in the window before, or not yet: as it is.
+        assert_eq!(projection(99 * S, (100 * S, 110 * S)), 1.0);
+        assert_eq!(projection(111 * S, (100 * S, 110 * S)), 1.0);
+    }
 
     #[test]
     fn parts_add_up_to_the_room_and_none_is_locked_out() {

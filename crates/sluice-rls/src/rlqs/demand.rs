@@ -45,6 +45,7 @@ use std::sync::Mutex;
 use sluice_core::Nanos;
 
 use super::bucket::BucketKey;
+use super::carry::{Carried, Unreported};
 use super::sizing::{Assignment, REPORT_EVERY, Room, assign};
 
 /// How long a stream that reported a bucket is taken to carry it.
@@ -94,30 +95,6 @@ impl Demand {
     }
 }
 
-/// What ended streams admitted after their last reports (estimated), kept out of the room
-/// until the window they were admitted in ends.
-#[derive(Clone, Copy, Debug, Default)]
-struct Unreported {
-    requests: f64,
-    until: Nanos,
-}
-
-impl Unreported {
-    /// The requests still out of the room at `now`.
-    fn at(self, now: Nanos) -> f64 {
-        if now < self.until { self.requests } else { 0.0 }
-    }
-
-    /// Adds `requests` admitted in the window ending at `until`.
-    fn add(&mut self, requests: f64, until: Nanos, now: Nanos) {
-        if requests <= 0.0 || until <= now {
-            return;
-        }
-        self.requests = self.at(now) + requests;
-        self.until = until.max(self.until);
-    }
-}
-
 /// What a stream reported for a bucket, per second, and its rule's rate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Asked {
@@ -127,12 +104,20 @@ pub struct Asked {
     pub denied: f64,
     /// The rule's limit per second.
     pub rule_rate: f64,
+    /// The seconds the report covers (0: a bucket's first report, of the request that made
+    /// it).
+    pub seconds: f64,
 }
 
 impl Asked {
     /// A report's `allowed` and `denied` requests over `elapsed` seconds (at least one: Envoy's
     /// first report of a bucket has none, and its times are whole seconds), under `room`'s rule.
     pub fn per_second(allowed: u64, denied: u64, elapsed: f64, room: Room) -> Self {
+        let seconds = if elapsed.is_finite() {
+            elapsed.max(0.0)
+        } else {
+            0.0
+        };
         let elapsed = elapsed.max(1.0);
         let window = room.window.as_secs_f64();
         Self {
@@ -143,6 +128,7 @@ impl Asked {
             } else {
                 0.0
             },
+            seconds,
         }
     }
 
@@ -175,6 +161,7 @@ struct Entry {
     first: Nanos,
     demands: Vec<Demand>,
     unreported: Unreported,
+    carried: Carried,
 }
 
 impl Entry {
@@ -299,6 +286,11 @@ impl DemandBook {
         let share = EVEN_FLOOR / carriers + (1.0 - EVEN_FLOOR) * by_demand;
         let new = now.saturating_sub(entry.first) < interval;
         let share = if new { share.min(even) } else { share };
+        if let Some(r) = room {
+            let allowed = asked.allowed * asked.seconds;
+            entry.carried.add(allowed, asked.seconds, r, now);
+        }
+        let room = room.map(|r| entry.carried.spendable(r, REPORT_EVERY, now));
         let assignment = room.map(|r| {
             let mine = assign(Some(r), share);
             let unclaimed = Room {
@@ -307,10 +299,15 @@ impl DemandBook {
             };
             let left = assign(Some(unclaimed), 1.0);
             let at_most = |a: Assignment| a.admits_at_most(REPORT_EVERY);
-            if at_most(left) < at_most(mine) {
+            let chosen = if at_most(left) < at_most(mine) {
                 left
             } else {
                 mine
+            };
+            if asked.denied > 0.0 && !r.shared {
+                chosen.drained()
+            } else {
+                chosen
             }
         });
         if keep {
@@ -419,6 +416,7 @@ mod tests {
             allowed,
             denied: 0.0,
             rule_rate: 1.0,
+            seconds: 5.0,
         }
     }
 
@@ -544,6 +542,7 @@ mod tests {
             allowed: 4.0,
             denied: 4.0,
             rule_rate: 2.0,
+            seconds: 5.0,
         };
         assert_eq!(a.demand(2), 8.0);
         // A million denials with nothing admitted: an even part of the rule's rate.
@@ -551,6 +550,7 @@ mod tests {
             allowed: 0.0,
             denied: 1e6,
             rule_rate: 2.0,
+            seconds: 5.0,
         };
         assert_eq!(rogue.demand(2), 1.0);
         // Denials count up to what was admitted and an even part of the rate.
@@ -558,12 +558,14 @@ mod tests {
             allowed: 3.0,
             denied: 100.0,
             rule_rate: 2.0,
+            seconds: 5.0,
         };
         assert_eq!(held.demand(2), 7.0);
         let bad = Asked {
             allowed: f64::NAN,
             denied: f64::INFINITY,
             rule_rate: -1.0,
+            seconds: 5.0,
         };
         assert_eq!(bad.demand(1), 0.0);
     }

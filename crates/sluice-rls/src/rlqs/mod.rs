@@ -16,6 +16,7 @@
 //! - `server.rs`: the gRPC service over the handler.
 
 mod bucket;
+mod carry;
 mod demand;
 mod limits;
 mod renew;
