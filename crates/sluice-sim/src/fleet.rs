@@ -279,6 +279,10 @@ impl<'e> Timers<'e> {
         if boundary {
             let mut fut: Flight<'e> = if leaving {
                 if node.final_sent {
+                    // As `sluice serve` stops: its last flush answered, it takes itself off
+                    // the fleet's list, and the others stop counting it at their next
+                    // announcement (a node that crashed would be counted for `LIVE_FOR`).
+                    ready(fleet.engines[i].leave_fleet());
                     node.gone = true;
                     return;
                 }
