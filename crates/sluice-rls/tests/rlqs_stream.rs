@@ -14,8 +14,8 @@ async fn reports_share_the_limit_with_rls_and_get_assignments() {
     let (tx, mut inbox) = open(s.addr).await.unwrap();
     let alice = bucket(&[("user", "alice")]);
     let free = bucket(&[("path", "/")]);
-    // A new bucket's first report (Envoy sends one at once): a token bucket living a window of
-    // its rule (a minute).
+    // A new bucket's first report (Envoy sends one at once): a token bucket living until its
+    // window ends and a report interval more, at most a window (a minute).
     tx.send(report(
         "d",
         vec![usage(alice.clone(), 1, 0), usage(free.clone(), 3, 0)],

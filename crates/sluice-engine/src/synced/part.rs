@@ -6,8 +6,9 @@
 //! store tells them at each flush (each instance's count in the window, and the previous
 //! window's as it fades out of the last window's span), with a floor: the instances the key knows of (this one, the live others, the phantoms not
 //! listed yet) keep [`FLOOR`] of the room over their number, and the rest is split by admissions. When all instances read the same
-//! counts the shares add up to one, so the parts do too: the fleet hands out no more than the
-//! room. An instance whose clients just started still gets its floor, admits it, and its count
+//! counts the shares add up to one, so the parts do too; each reads the others' counts a flush
+//! late, so every count is projected from when it was last known to now (the parts of two real
+//! instances added up to 1.0 to 1.07 at each report, 1.10 to 1.11 unprojected). An instance whose clients just started still gets its floor, admits it, and its count
 //! grows its share; two instances whose clients both want more than the room drift to an even
 //! split (the floor pulls them) rather than keep whatever split they started with.
 
@@ -87,7 +88,13 @@ impl SyncedRule {
                 .saturating_sub(u32::try_from(state.unsent()).unwrap_or(u32::MAX)),
             ..view
         };
-        let flushed_at = shared.map_or(now, |x| x.heard_at);
+        // Its own count is known as of now when it admitted nothing since its last flush (an
+        // instance flushes a key only when it counted something: an old flush is a quiet
+        // spell, not a stale count).
+        let flushed_at = match shared {
+            Some(x) if state.unsent() > 0 => x.heard_at,
+            _ => now,
+        };
         let share = count_share(
             p,
             (&flushed, flushed_at),
@@ -142,7 +149,7 @@ fn count_share(
     let listed: f64 = shared.map_or(0.0, |x| {
         x.others
             .iter()
-            .map(|o| f64::from(o.count) * projection(o.at, (window_start, now)))
+            .map(|o| f64::from(o.count) * projection(x.quiet_until(p, o), (window_start, now)))
             .sum()
     });
     let others_now = listed.max(f64::from(view.others_read));

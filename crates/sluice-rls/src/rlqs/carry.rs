@@ -29,12 +29,18 @@ impl Unreported {
     }
 
     /// Adds `requests` admitted in the window ending at `until`.
+    /// Estimates made for different windows (the bucket's limiting rule changed) are not
+    /// added up: the later one stands.
     pub(super) fn add(&mut self, requests: f64, until: Nanos, now: Nanos) {
         if requests <= 0.0 || until <= now {
             return;
         }
-        self.requests = self.at(now) + requests;
-        self.until = until.max(self.until);
+        self.requests = if until == self.until {
+            self.at(now) + requests
+        } else {
+            requests
+        };
+        self.until = until;
     }
 }
 
@@ -44,12 +50,14 @@ pub(super) struct Carried {
     requests: f64,
     /// When the window they were counted in ends.
     until: Nanos,
+    /// That window's length (how far apart two windows' ends are at least).
+    window: Nanos,
 }
 
 impl Carried {
     /// The requests carried into the window ending at `until`.
     fn of(self, until: Nanos) -> f64 {
-        if same_end(self.until, until) {
+        if same_end(self.until, until, self.window) {
             self.requests
         } else {
             0.0
@@ -61,12 +69,14 @@ impl Carried {
     /// as spread evenly over those seconds).
     pub(super) fn add(&mut self, allowed: f64, seconds: f64, room: Room, now: Nanos) {
         let until = ends(room, now);
+        let window = room.window.as_nanos().min(u128::from(u64::MAX)) as u64;
         let into_window = room.window.saturating_sub(room.reset_after).as_secs_f64();
         if !(allowed > 0.0 && seconds > into_window && allowed.is_finite()) {
-            if !same_end(self.until, until) {
+            if !same_end(self.until, until, window) {
                 *self = Self {
                     requests: 0.0,
                     until,
+                    window,
                 };
             }
             return;
@@ -75,14 +85,17 @@ impl Carried {
         *self = Self {
             requests: self.of(until) + before,
             until,
+            window,
         };
     }
 
     /// `room` as the last, partial report interval of its window may spend it: with the
     /// requests its window carried in given back (they were admitted in the previous one).
     /// Other intervals, and rooms other Sluice instances share, as they are.
+    /// A room with nothing left is left alone: its window counted more than its limit (the
+    /// requests carried in are then not all room given back), or it is a penalty's cooldown.
     pub(super) fn spendable(self, room: Room, horizon: std::time::Duration, now: Nanos) -> Room {
-        if room.shared || room.reset_after >= horizon {
+        if room.shared || room.reset_after >= horizon || room.remaining == 0 {
             return room;
         }
         let back = self.of(ends(room, now)).floor().min(room.limit as f64) as u64;
@@ -93,10 +106,10 @@ impl Carried {
     }
 }
 
-/// Whether two window ends read at different times are the same (the engine's `reset_after`
-/// is read to the nanosecond; windows are whole seconds).
-fn same_end(a: Nanos, b: Nanos) -> bool {
-    a.abs_diff(b) < 500_000_000
+/// Whether two window ends read at different times are the same: the engine's `reset_after`
+/// is read to the nanosecond, and the ends of two windows of `window` are a window apart.
+fn same_end(a: Nanos, b: Nanos, window: Nanos) -> bool {
+    a.abs_diff(b) < (window / 2).min(500_000_000)
 }
 
 /// When the window of `room` ends, read at `now`.
@@ -160,6 +173,9 @@ mod tests {
         // Never more than the limit.
         let r = c.spendable(room(10, 4.0), Duration::from_secs(5), 116 * S);
         assert_eq!(r.remaining, 100);
+        // A window that counted more than its limit, or a penalty's cooldown: nothing back.
+        let r = c.spendable(room(0, 4.0), Duration::from_secs(5), 116 * S);
+        assert_eq!(r.remaining, 0);
     }
 
     #[test]
@@ -168,6 +184,10 @@ mod tests {
         u.add(12.0, 20 * S, 4 * S);
         u.add(3.0, 20 * S, 5 * S);
         assert_eq!(u.at(6 * S), 15.0);
+        // One for another window (the limiting rule changed) stands alone.
+        let mut v = u;
+        v.add(2.0, 25 * S, 6 * S);
+        assert_eq!(v.at(7 * S), 2.0);
         assert_eq!(u.at(20 * S), 0.0);
         // Nothing added for a window already over.
         u.add(5.0, 19 * S, 21 * S);

@@ -48,6 +48,9 @@ use super::bucket::BucketKey;
 use super::carry::{Carried, Unreported};
 use super::sizing::{Assignment, REPORT_EVERY, Room, assign};
 
+/// A second.
+const S: Nanos = 1_000_000_000;
+
 /// How long a stream that reported a bucket is taken to carry it.
 pub const CARRIER_MEMORY: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -260,6 +263,14 @@ impl DemandBook {
             None if full => return (even, room.map(|r| assign(Some(r), even))),
             None => book.keys.entry(k).or_insert(Entry::new(now)),
         };
+        // A report covers at most the time since this stream's previous one (and a new
+        // stream's, two report intervals): `time_elapsed` is the client's word.
+        let covers = entry
+            .demands
+            .iter()
+            .find(|d| d.stream == stream)
+            .map_or(2 * interval, |d| now.saturating_sub(d.at).saturating_add(S))
+            .min(2 * interval);
         entry
             .demands
             .retain(|d| d.at >= forget_before && d.stream != stream);
@@ -288,7 +299,8 @@ impl DemandBook {
         let share = if new { share.min(even) } else { share };
         if let Some(r) = room {
             let allowed = asked.allowed * asked.seconds;
-            entry.carried.add(allowed, asked.seconds, r, now);
+            let seconds = asked.seconds.min(covers as f64 / S as f64);
+            entry.carried.add(allowed, seconds, r, now);
         }
         let room = room.map(|r| entry.carried.spendable(r, REPORT_EVERY, now));
         let assignment = room.map(|r| {
@@ -364,7 +376,12 @@ impl DemandBook {
             if let Some(now) = ended {
                 let gone = entry.demands.iter().find(|d| d.stream == stream).copied();
                 if let Some(d) = gone {
-                    entry.unreported.add(d.unreported(now), d.window_ends, now);
+                    // At most a minute: a window of a day would keep the bucket in the book
+                    // for the day.
+                    let until = d
+                        .window_ends
+                        .min(now.saturating_add(CARRIER_MEMORY.as_nanos() as u64));
+                    entry.unreported.add(d.unreported(now), until, now);
                 }
             }
             entry.demands.retain(|d| d.stream != stream);
@@ -394,204 +411,5 @@ impl DemandBook {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::RlsOptions;
-    use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
-
-    fn key(user: &str) -> BucketKey {
-        let id = BucketId {
-            bucket: [("user".to_owned(), user.to_owned())].into(),
-        };
-        super::super::bucket::Bucket::read(&id, &RlsOptions::default())
-            .unwrap()
-            .key
-    }
-
-    const S: u64 = 1_000_000_000;
-
-    /// Admitted `allowed` per second, nothing denied.
-    fn admitted(allowed: f64) -> Asked {
-        Asked {
-            allowed,
-            denied: 0.0,
-            rule_rate: 1.0,
-            seconds: 5.0,
-        }
-    }
-
-    #[test]
-    fn shares_follow_demand() {
-        let book = DemandBook::new(10);
-        let k = key("alice");
-        // A new bucket: an even part over the open streams until one report interval passed.
-        assert_eq!(book.share(("d", &k), (1, true), admitted(90.0), S, 2), 0.5);
-        // A tenth of the room evenly, the rest by demand.
-        let small = book.share(("d", &k), (2, true), admitted(10.0), 6 * S, 2);
-        assert!((small - 0.14).abs() < 1e-9, "{small}");
-        let big = book.share(("d", &k), (1, true), admitted(90.0), 7 * S, 2);
-        assert!((big - 0.86).abs() < 1e-9, "{big}");
-        // A stream whose clients paused still gets its even part.
-        let paused = book.share(("d", &k), (2, true), admitted(0.0), 8 * S, 2);
-        assert!((paused - 0.05).abs() < 1e-9, "{paused}");
-    }
-
-    #[test]
-    fn a_stale_demand_counts_as_the_reporting_ones_then_is_forgotten() {
-        let book = DemandBook::new(10);
-        let k = key("alice");
-        book.share(("d", &k), (1, true), admitted(50.0), S, 2);
-        // 19 s later stream 1's demand is stale: it may come back with stream 2's clients, so
-        // it counts as much as stream 2's.
-        assert_eq!(
-            book.share(("d", &k), (2, true), admitted(5.0), 20 * S, 2),
-            0.5
-        );
-        // A minute on, it no longer carries the bucket.
-        assert_eq!(
-            book.share(("d", &k), (2, true), admitted(5.0), 62 * S, 2),
-            1.0
-        );
-    }
-
-    #[test]
-    fn silent_rogue_streams_claim_no_more_than_they_asked() {
-        let book = DemandBook::new(10);
-        let k = key("victim");
-        // Sixteen streams report the victim's bucket once, asking for little (denials are
-        // bounded by an even part of the rule's rate), then fall silent.
-        for rogue in 2..18 {
-            book.share(("d", &k), (rogue, true), admitted(0.1), S, 17);
-        }
-        // 20 s on, the victim's Envoy reports its clients' demand: the rogues count as what
-        // they asked, not as much as the victim, and a tenth of the room is split evenly.
-        let share = book.share(("d", &k), (1, true), admitted(10.0), 20 * S, 17);
-        assert!(share > 0.75, "{share}");
-        // Counted as the victim's demand each, they would have left it 1/17.
-    }
-
-    #[test]
-    fn a_full_book_shares_evenly_and_ended_streams_leave_it() {
-        let book = DemandBook::new(1);
-        book.share(("d", &key("a")), (1, true), admitted(5.0), S, 4);
-        assert_eq!(
-            book.share(("d", &key("b")), (1, true), admitted(5.0), S, 4),
-            0.25
-        );
-        assert_eq!(book.len(), 1);
-        book.forget("d", 1, [key("a")].into_iter());
-        assert_eq!(book.len(), 0);
-    }
-
-    /// A room of `remaining` of 100 per 20 s, `reset_secs` left.
-    fn room(remaining: u64, reset_secs: u64) -> Room {
-        Room {
-            remaining,
-            reset_after: std::time::Duration::from_secs(reset_secs),
-            limit: 100,
-            window: std::time::Duration::from_secs(20),
-            part: 1.0,
-            shared: false,
-        }
-    }
-
-    #[test]
-    fn an_ended_stream_keeps_what_it_admitted_since_its_last_report_out_of_the_room() {
-        let k = key("alice");
-        let admits = |book: &DemandBook, stream, (remaining, reset), now| {
-            book.assignment(
-                ("d", &k),
-                (stream, true),
-                (admitted(4.0), room(remaining, reset)),
-                now,
-                2,
-            )
-            .admits_at_most(REPORT_EVERY)
-        };
-        let (forgot, kept) = (DemandBook::new(10), DemandBook::new(10));
-        for book in [&forgot, &kept] {
-            admits(book, 1, (80, 15), S);
-            admits(book, 2, (80, 15), S);
-        }
-        // Stream 1 ends 3 s after its report, its Envoy having admitted 4/s since: 12
-        // requests no report will count. Forgotten, they are handed out again; kept, they
-        // are out of the room until the window ends.
-        forgot.forget("d", 1, [k.clone()].into_iter());
-        kept.ended("d", 1, [k.clone()].into_iter(), 4 * S);
-        let again = admits(&forgot, 2, (60, 9), 7 * S);
-        let out = admits(&kept, 2, (60, 9), 7 * S);
-        assert!(out < again, "{out} vs {again}");
-        assert_eq!(out, admits(&forgot, 2, (48, 9), 7 * S));
-        // The next window: the estimate no longer counts. The last stream's own estimate
-        // keeps the bucket in the book until its window ends, then it leaves.
-        assert_eq!(
-            admits(&kept, 2, (100, 19), 17 * S),
-            admits(&forgot, 2, (100, 19), 17 * S)
-        );
-        kept.ended("d", 2, [k.clone()].into_iter(), 30 * S);
-        assert_eq!(kept.len(), 1);
-        admits(&kept, 3, (100, 19), 37 * S);
-        kept.ended("d", 3, [k.clone()].into_iter(), 57 * S);
-        assert_eq!(kept.len(), 0);
-    }
-
-    #[test]
-    fn denials_add_at_most_what_was_admitted_and_an_even_part_of_the_rate() {
-        // Admitted 4/s and denied 4/s: all of it counts.
-        let a = Asked {
-            allowed: 4.0,
-            denied: 4.0,
-            rule_rate: 2.0,
-            seconds: 5.0,
-        };
-        assert_eq!(a.demand(2), 8.0);
-        // A million denials with nothing admitted: an even part of the rule's rate.
-        let rogue = Asked {
-            allowed: 0.0,
-            denied: 1e6,
-            rule_rate: 2.0,
-            seconds: 5.0,
-        };
-        assert_eq!(rogue.demand(2), 1.0);
-        // Denials count up to what was admitted and an even part of the rate.
-        let held = Asked {
-            allowed: 3.0,
-            denied: 100.0,
-            rule_rate: 2.0,
-            seconds: 5.0,
-        };
-        assert_eq!(held.demand(2), 7.0);
-        let bad = Asked {
-            allowed: f64::NAN,
-            denied: f64::INFINITY,
-            rule_rate: -1.0,
-            seconds: 5.0,
-        };
-        assert_eq!(bad.demand(1), 0.0);
-    }
-
-    #[test]
-    fn stale_and_unheld_demands_do_not_stay_in_the_book() {
-        let book = DemandBook::new(10);
-        // A bucket the stream does not hold is shared without entering the book: evenly, as
-        // a new one.
-        let share = book.share(("d", &key("x")), (1, false), admitted(5.0), S, 2);
-        assert_eq!((share, book.len()), (0.5, 0));
-        // Beside a kept demand, an unheld one gets its part, and is not kept.
-        book.share(("d", &key("a")), (1, true), admitted(30.0), S, 2);
-        let share = book.share(("d", &key("a")), (2, false), admitted(10.0), S, 2);
-        assert!((share - 0.275).abs() < 1e-9, "{share}");
-        assert_eq!(
-            book.share(("d", &key("a")), (1, true), admitted(30.0), 6 * S, 2),
-            1.0
-        );
-        // A bucket no one reports again leaves at the next sweep.
-        book.share(("d", &key("b")), (1, true), admitted(1.0), S, 2);
-        assert_eq!(book.len(), 2);
-        book.share(("d", &key("c")), (1, true), admitted(1.0), 70 * S, 2);
-        assert_eq!(book.len(), 1);
-        // An abandoned bucket is forgotten at once.
-        book.forget("d", 1, [key("c")].into_iter());
-        assert_eq!(book.len(), 0);
-    }
-}
+#[path = "demand_tests.rs"]
+mod tests;

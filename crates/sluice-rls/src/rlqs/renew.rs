@@ -9,11 +9,13 @@
 //! interval, or changes what it admits over a report interval (`max_tokens` plus the rate
 //! over 5 s): up by more than [`MATERIAL`] of what the previous one admitted, or down by
 //! more than [`MATERIAL_FALL`] (an Envoy kept on a larger one admits more than the room it
-//! was sized for; on a smaller one, less); or when the
-//! previous one has at most [`RENEW_WITHIN`] of its time to live left, so that it is renewed
-//! one whole report interval before it would lapse (a late or lost report leaves Envoy on it).
-//! With a 20 s time to live (a token bucket of a 20 s window) and reports every 5 s, an
-//! unchanged assignment goes out every other report; of a minute's, every tenth.
+//! was sized for; on a smaller one, less); or when the previous one has at most
+//! [`RENEW_WITHIN`] of its time to live left, so that it is renewed one whole report interval
+//! before it would lapse (a late or lost report leaves Envoy on it). A time to live alone
+//! (a token bucket's follows its window's end) is no change: sent at every report, the small
+//! rises kept back reached Envoy, and a Sluice outage in the simulator went 25% to 45% over.
+//! With a 20 s time to live and reports every 5 s, an unchanged assignment goes out every
+//! other report.
 
 use std::time::Duration;
 
@@ -61,15 +63,13 @@ fn material(previous: Assignment, next: Assignment) -> bool {
         (
             Assignment::TokenBucket {
                 fill_interval_secs: a,
-                ttl: was_ttl,
                 ..
             },
             Assignment::TokenBucket {
                 fill_interval_secs: b,
-                ttl,
                 ..
             },
-        ) if a == b && was_ttl == ttl => {
+        ) if a == b => {
             let (was, now) = (
                 previous.admits_at_most(REPORT_EVERY),
                 next.admits_at_most(REPORT_EVERY),

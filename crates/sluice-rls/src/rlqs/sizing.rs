@@ -99,14 +99,21 @@ pub enum Assignment {
     },
 }
 
-/// A token bucket's time to live under `room`: a window of its rule, from [`ASSIGNMENT_TTL`]
-/// to an hour. Its rate is the window's pace, so an Envoy that loses Sluice (a restart, a
-/// partition) keeps admitting about the limit per window for a whole window on it: a 30 s
-/// outage in a 60 s window went 37.7% over the limit in the simulator with a 20 s time to
-/// live (then `expired_assignment_behavior` let everything through), and a live Sluice
-/// renews it anyway two report intervals before it lapses.
+/// A token bucket's time to live under `room`: until its window ends and one report interval
+/// more (the report that brings the next window's assignment), at most a window of its rule,
+/// from [`ASSIGNMENT_TTL`] to an hour. Its rate is the window's pace over what is left of it,
+/// so an Envoy that loses Sluice (a restart, a partition) keeps admitting the rest of the
+/// window's room at about that pace, where a 20 s time to live let
+/// `expired_assignment_behavior` through in the middle of a long window (a 30 s outage in a
+/// 60 s window went 37.7% over its limit in the simulator, 13.3% with this one). Late in a
+/// window the pace is above the limit's (the room left over few intervals): kept for a whole
+/// window after it, it would admit several times the limit. A live Sluice renews it two report
+/// intervals before it lapses.
 pub fn token_bucket_ttl(room: Room) -> Duration {
-    room.window.clamp(ASSIGNMENT_TTL, UNLIMITED_TTL)
+    let until_next = room.reset_after.saturating_add(REPORT_EVERY);
+    until_next
+        .min(room.window)
+        .clamp(ASSIGNMENT_TTL, UNLIMITED_TTL)
 }
 
 impl Assignment {
@@ -497,12 +504,16 @@ mod tests {
     }
 
     #[test]
-    fn a_token_bucket_lives_a_window_of_its_rule() {
-        let ttl = |window| assign(Some(room(50, window, 100, window)), 1.0).ttl();
-        assert_eq!(ttl(20), ASSIGNMENT_TTL);
-        assert_eq!(ttl(5), ASSIGNMENT_TTL);
-        assert_eq!(ttl(60), Duration::from_secs(60));
-        assert_eq!(ttl(86_400), UNLIMITED_TTL);
+    fn a_token_bucket_lives_until_its_window_ends_and_a_report_more() {
+        let ttl = |reset, window| assign(Some(room(50, reset, 100, window)), 1.0).ttl();
+        // At a window's start: a window (at least 20 s, at most an hour).
+        assert_eq!(ttl(20, 20), ASSIGNMENT_TTL);
+        assert_eq!(ttl(5, 5), ASSIGNMENT_TTL);
+        assert_eq!(ttl(60, 60), Duration::from_secs(60));
+        assert_eq!(ttl(86_400, 86_400), UNLIMITED_TTL);
+        // Later: the rest of the window and a report interval, at least 20 s.
+        assert_eq!(ttl(40, 60), Duration::from_secs(45));
+        assert_eq!(ttl(10, 60), ASSIGNMENT_TTL);
         let mut shared = room(50, 60, 100, 60);
         shared.shared = true;
         assert_eq!(assign(Some(shared), 1.0).ttl(), Duration::from_secs(60));
