@@ -98,7 +98,16 @@ impl Carried {
         if room.shared || room.reset_after >= horizon || room.remaining == 0 {
             return room;
         }
-        let back = self.of(ends(room, now)).floor().min(room.limit as f64) as u64;
+        // At most a report interval of the limit's pace: what the window before could carry
+        // in from its own last interval (the steady case); a rule whose `reset_after` is not
+        // a fixed window's end (a sliding window, a bucket) gets no more than that.
+        let window = room.window.as_secs_f64();
+        let pace = if window > 0.0 {
+            room.limit as f64 * (horizon.as_secs_f64() / window).min(1.0)
+        } else {
+            0.0
+        };
+        let back = self.of(ends(room, now)).min(pace).floor() as u64;
         Room {
             remaining: room.remaining.saturating_add(back).min(room.limit),
             ..room
@@ -170,9 +179,9 @@ mod tests {
         shared.shared = true;
         let r = c.spendable(shared, Duration::from_secs(5), 116 * S);
         assert_eq!(r.remaining, 10);
-        // Never more than the limit.
+        // Never more than a report interval of the limit's pace (25 of 100 per 20 s).
         let r = c.spendable(room(10, 4.0), Duration::from_secs(5), 116 * S);
-        assert_eq!(r.remaining, 100);
+        assert_eq!(r.remaining, 35);
         // A window that counted more than its limit, or a penalty's cooldown: nothing back.
         let r = c.spendable(room(0, 4.0), Duration::from_secs(5), 116 * S);
         assert_eq!(r.remaining, 0);
