@@ -35,8 +35,8 @@ pub const REPORT_EVERY: Duration = Duration::from_secs(5);
 
 /// The shortest time to live of an assignment: four reports. An unchanged assignment is
 /// renewed when at most two report intervals of it are left (renew.rs), so one lost report or
-/// a Sluice restart leaves Envoy on its last assignment. A token bucket lives a window of its
-/// rule ([`token_bucket_ttl`]).
+/// a Sluice restart leaves Envoy on its last assignment. A token bucket lives until its
+/// window ends ([`token_bucket_ttl`]).
 pub const ASSIGNMENT_TTL: Duration = Duration::from_secs(20);
 
 /// An allow-all assignment's time to live, for a bucket no rule limits.
