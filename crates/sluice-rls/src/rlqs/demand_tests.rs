@@ -169,38 +169,28 @@ fn a_reports_claimed_seconds_are_capped_by_the_time_since_its_last() {
     assert!(liar <= honest + 2.0, "{liar} vs {honest}");
 }
 
+/// A report of 5 s: `allowed` and `denied` per second under a rule of `rule_rate` a second.
+fn report(allowed: f64, denied: f64, rule_rate: f64) -> Asked {
+    Asked {
+        allowed,
+        denied,
+        rule_rate,
+        seconds: 5.0,
+    }
+}
+
 #[test]
 fn denials_add_at_most_what_was_admitted_and_an_even_part_of_the_rate() {
     // Admitted 4/s and denied 4/s: all of it counts.
-    let a = Asked {
-        allowed: 4.0,
-        denied: 4.0,
-        rule_rate: 2.0,
-        seconds: 5.0,
-    };
+    let a = report(4.0, 4.0, 2.0);
     assert_eq!(a.demand(2), 8.0);
     // A million denials with nothing admitted: an even part of the rule's rate.
-    let rogue = Asked {
-        allowed: 0.0,
-        denied: 1e6,
-        rule_rate: 2.0,
-        seconds: 5.0,
-    };
+    let rogue = report(0.0, 1e6, 2.0);
     assert_eq!(rogue.demand(2), 1.0);
     // Denials count up to what was admitted and an even part of the rate.
-    let held = Asked {
-        allowed: 3.0,
-        denied: 100.0,
-        rule_rate: 2.0,
-        seconds: 5.0,
-    };
+    let held = report(3.0, 100.0, 2.0);
     assert_eq!(held.demand(2), 7.0);
-    let bad = Asked {
-        allowed: f64::NAN,
-        denied: f64::INFINITY,
-        rule_rate: -1.0,
-        seconds: 5.0,
-    };
+    let bad = report(f64::NAN, f64::INFINITY, -1.0);
     assert_eq!(bad.demand(1), 0.0);
 }
 
