@@ -91,12 +91,15 @@ async fn two_instances_share_a_users_limit_by_their_envoys_demand() {
             tallies[1]
         );
     }
-    // 9:1: the instance whose Envoy carries most of the demand admits most of the limit, 73
-    // to 82 measured. Each handing out an even part of the room, it got 62 (half of each
-    // report's room, more as the room the small Envoy left grew over the window) and the
-    // windows 91. The small Envoy still gets room.
+    // 9:1: the instance whose Envoy carries most of the demand admits most of the limit: 66
+    // to 82 measured (66 and 67 in windows of 92 and 91 on a loaded CI machine), where an
+    // even split of the limit would hold it to 50 (the small Envoy wants 30). Finer
+    // regressions of the split (each instance handing out an even part of the room gave 62
+    // of 91) are within this test's run-to-run noise; the deterministic
+    // `sluice-engine/tests/fleet_parts.rs` and `sluice-rls/tests/rlqs_fleet.rs` hold those.
+    // The small Envoy still gets room.
     for w in 2..SPLIT_AT {
-        assert!(tallies[0][w] >= 68, "window {w}: a {:?}", tallies[0]);
+        assert!(tallies[0][w] >= 60, "window {w}: a {:?}", tallies[0]);
         assert!(tallies[1][w] >= 7, "window {w}: b {:?}", tallies[1]);
     }
     // Even: neither is locked out by the split before. (Two Envoys that both want more than
