@@ -10,7 +10,7 @@ use super::super::flags::{KeyFlags, Sharing};
 use super::super::model;
 use super::super::params::SyncedParams;
 use super::super::reply::{listed_others, unlisted_demand};
-use super::super::shared::{Budget, Other, Shared, set_others};
+use super::super::shared::{Budget, Other, Read, Shared, set_others};
 use super::{Flight, KeyState, Replies, sat32};
 use crate::health::StoreView;
 
@@ -246,12 +246,16 @@ impl KeyState {
         }
         .min(budget.amount);
         budget.amount = budget.amount.saturating_sub(capped);
-        x.set_budget(budget);
         let span_left = (p.span_of(now) + 1)
             .saturating_mul(p.span_ns)
             .saturating_sub(now);
         let short = f64::from(budget.amount) < self.demand.hits_in(span_left);
-        if !early && (capped > 0 || (listed_behind && short)) {
+        let reads_again = !early && (capped > 0 || (listed_behind && short));
+        if !early && (listed_behind || group_behind) && !reads_again {
+            budget.read = Read::BeforeOthers;
+        }
+        x.set_budget(budget);
+        if reads_again {
             if p.span_of(now) as u16 != self.span {
                 // No check in this span yet: the early sync asked in the last one is
                 // not this span's. The span starts here (a check must not start it again

@@ -6,7 +6,7 @@ use sluice_core::Nanos;
 
 use super::super::model;
 use super::super::params::SyncedParams;
-use super::super::shared::Shared;
+use super::super::shared::{Budget, Read, SetAt, Shared};
 use super::KeyState;
 use crate::health::StoreView;
 
@@ -126,22 +126,28 @@ impl KeyState {
         let budget = match shared.budget() {
             Some(budget) if p.span_of(budget.at) == p.span_of(now) => budget,
             _ => {
-                let budget = model::budget(
-                    p,
-                    &self.view(),
-                    shared,
-                    (window_start, now),
-                    (phantoms, fleet),
-                    // A key whose sharing is not settled yet (a new key: phantoms) splits by
-                    // its demand, the phantoms' taken as its own, as at its replies; so does a
-                    // limit too small to share (`small_limits: share`), where the requests the
-                    // others admitted since their last flush are a large part of the room.
-                    if phantoms == 0 && p.shareable(fleet.max(p.expected_instances)) {
-                        model::Split::Even
-                    } else {
-                        model::Split::ByDemand
-                    },
-                );
+                // A key whose sharing is not settled yet (a new key: phantoms) splits by its
+                // demand, the phantoms' taken as its own, as at its replies; so does a limit
+                // too small to share (`small_limits: share`), where the requests the others
+                // admitted since their last flush are a large part of the room.
+                let split = if phantoms == 0 && p.shareable(fleet.max(p.expected_instances)) {
+                    model::Split::Even
+                } else {
+                    model::Split::ByDemand
+                };
+                let budget = Budget {
+                    set_at: SetAt::Request,
+                    // The count it is split from is the last one read.
+                    read: shared.budget().map_or(Read::Complete, |b| b.read),
+                    ..model::budget(
+                        p,
+                        &self.view(),
+                        shared,
+                        (window_start, now),
+                        (phantoms, fleet),
+                        split,
+                    )
+                };
                 shared.set_budget(budget);
                 budget
             }
