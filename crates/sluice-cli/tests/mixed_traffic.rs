@@ -80,12 +80,13 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
     let normal = class(&real, "normal");
     assert!(normal.false_denial_pct < 0.2, "{normal:?}");
     assert_eq!(class(&real, "churn").false_denials, 0);
-    // Bursts a few times a window on every instance are not held to the target yet (between 0
-    // and 17% over, or a window at 83-93%, from run to run: docs/ACCURACY.md); this bound only
-    // catches a regression.
+    // Bursts a few times a window on every instance, quiet between: 0.0-4.2% over in five
+    // runs, the least busy window at 93-98% (5.0% over in each of two runs before a budget set
+    // after a quiet span read the store first; 0-17% before the even split: docs/ACCURACY.md).
+    // Not held to the 95% floor on these 12 s windows; this bound catches a regression.
     let bursty = class(&real, "bursty");
     assert!(
-        bursty.over_max_pct <= 25.0 && bursty.busy_min_pct >= 75.0,
+        bursty.over_max_pct <= 10.0 && bursty.busy_min_pct >= 85.0,
         "{bursty:?}"
     );
     // The simulator predicts each steady class within 3% of the limit per key-window (and one
