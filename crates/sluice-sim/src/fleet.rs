@@ -182,6 +182,8 @@ pub(crate) struct Timers<'e> {
     fleet: &'e Fleet,
     /// When each node leaves (ns since the start).
     leave: Vec<Option<u64>>,
+    /// When each node crashes (ns since the start).
+    crash: Vec<Option<u64>>,
     nodes: Vec<NodeTimer<'e>>,
     latency: LatencyDraw,
     tick_ns: u64,
@@ -208,6 +210,7 @@ impl<'e> Timers<'e> {
         Self {
             fleet,
             leave,
+            crash: (0..s.nodes.count).map(|i| s.nodes.crash_ns(i)).collect(),
             nodes,
             latency: LatencyDraw::new(s.seed, 0xfeed, s.store.latency_ms),
             tick_ns: span_ns.clamp(1, NS),
@@ -237,6 +240,14 @@ impl<'e> Timers<'e> {
             };
             if x > until {
                 return;
+            }
+            if self.crash[i].is_some_and(|c| x >= c) {
+                // Gone at once: what it counted since its last flush that landed is lost, a
+                // flush in flight never answered, and its announcement ages out.
+                let node = &mut self.nodes[i];
+                node.inflight = None;
+                node.gone = true;
+                continue;
             }
             self.fleet.set_store(x);
             self.fleet.set_clock(i, x);

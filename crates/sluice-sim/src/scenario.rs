@@ -67,6 +67,11 @@ pub struct NodeSpec {
     /// When each node stops (after a final flush), seconds (missing entries or `~`: never).
     #[serde(default)]
     pub leave_s: Vec<Option<u64>>,
+    /// When each node crashes, seconds (missing entries or `~`: never): it stops at once, as
+    /// `SIGKILL` stops `sluice serve`, with no last flush and without taking itself off the
+    /// fleet's list (the others count it until its announcement ages out).
+    #[serde(default)]
+    pub crash_s: Vec<Option<u64>>,
     /// The instance count the engines are configured with (`expected_instances`; the seed's
     /// `N`, a floor: the engines learn the fleet's size from the store); default 1.
     #[serde(default)]
@@ -77,13 +82,22 @@ impl NodeSpec {
     /// Whether node `i` takes traffic at `t_ns` after the start.
     pub fn active(&self, i: usize, t_ns: u64) -> bool {
         let join = self.join_s.get(i).copied().unwrap_or(0) * 1_000_000_000;
-        let leave = self
-            .leave_s
+        let gone = |at: &[Option<u64>]| {
+            at.get(i)
+                .copied()
+                .flatten()
+                .map_or(u64::MAX, |s| s * 1_000_000_000)
+        };
+        (join..gone(&self.leave_s).min(gone(&self.crash_s))).contains(&t_ns)
+    }
+
+    /// When node `i` crashes (ns since the start), if it does.
+    pub fn crash_ns(&self, i: usize) -> Option<u64> {
+        self.crash_s
             .get(i)
             .copied()
             .flatten()
-            .map_or(u64::MAX, |s| s * 1_000_000_000);
-        (join..leave).contains(&t_ns)
+            .map(|s| s * 1_000_000_000)
     }
 }
 

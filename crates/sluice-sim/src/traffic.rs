@@ -74,8 +74,10 @@ impl Live {
         let mut times: Vec<u64> = vec![0];
         for i in 0..nodes.count {
             times.push(nodes.join_s.get(i).copied().unwrap_or(0) * NS);
-            if let Some(Some(l)) = nodes.leave_s.get(i) {
-                times.push(l * NS);
+            for at in [nodes.leave_s.get(i), nodes.crash_s.get(i)] {
+                if let Some(Some(l)) = at {
+                    times.push(l * NS);
+                }
             }
         }
         times.sort_unstable();

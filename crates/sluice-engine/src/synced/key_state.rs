@@ -9,9 +9,9 @@ use sluice_core::{Allowed, Decision, Denied, InsufficientCapacity, Nanos};
 use sluice_store::{FlushOutcome, NodeEntry};
 
 use super::flags::{Activity, KeyFlags};
-use super::model::{self, Split};
+use super::model;
 use super::params::SyncedParams;
-use super::shared::{Read, SetAt, Shared};
+use super::shared::Shared;
 use super::time::{Deadline, Demand, Stamp};
 use crate::health::StoreView;
 use crate::verdict::Reason;
@@ -365,9 +365,7 @@ impl KeyState {
             };
             return (denied(retry), Some(Reason::Fallback));
         }
-        let room = self.room_for(p, shared.as_deref_mut(), window_start, now, cost, store);
-        self.read_after_a_quiet_span(shared.as_deref(), now, store);
-        let used = match room {
+        let used = match self.room_for(p, shared, window_start, now, cost, store) {
             Ok(used) => used,
             // A penalty (a cooldown longer than the window), and the limit certainly exceeded
             // by demand (see `exceeded_for_penalty`), an estimate aside. The block starts now
@@ -399,30 +397,6 @@ impl KeyState {
             delay: Duration::ZERO,
         };
         (Decision::Allowed(allowed), None)
-    }
-
-    /// A budget just set by this request, evenly, the key quiet at the span's boundary: it
-    /// was split from the count last read. When that read was a boundary's reply that may
-    /// have come before the others' flushes of the boundary (and no early sync followed it),
-    /// the room it shows holds none of what they flushed there: an early sync reads the count
-    /// as it is now, and its reply sets the budget again. Measured (`mix/short.yaml`, a
-    /// bursty client on five instances, quiet between bursts): instances that had read 73, 87
-    /// and 103 of 120 each took a fifth of what they read was left, budgets of 9, 6 and 3 of
-    /// a room of 15, a window at 125 of 120 (real processes: 126); with the read, 0 over.
-    /// Only after such a read: asked at every budget set after a quiet span, the early syncs
-    /// at a burst's first requests published the instances' entries with a trickle's rate
-    /// while each held a fifth of the room, and the others split what they read by that
-    /// demand (the surge of `mix/five.yaml`: 15% over).
-    fn read_after_a_quiet_span(&mut self, shared: Option<&Shared>, now: Nanos, store: StoreView) {
-        let set_now = shared.and_then(Shared::budget).is_some_and(|b| {
-            b.set_at == SetAt::Request
-                && b.split == Split::Even
-                && b.at == now
-                && b.read == Read::BeforeOthers
-        });
-        if set_now && store.health.answering() {
-            self.activity.ask_early();
-        }
     }
 
     /// Counts an admitted request; asks for an early sync once the cold span's share is spent.

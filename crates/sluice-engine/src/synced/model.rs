@@ -216,10 +216,9 @@ fn even_share(p: &SyncedParams, shared: &Shared, now: Nanos, (phantoms, fleet): 
 }
 
 /// How a budget splits the room among the instances.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Split {
     /// By demand ([`share`]): at a flush reply, when the rates are as fresh as they get.
-    #[default]
     ByDemand,
     /// Evenly over the fleet: a key quiet at the last boundary (no reply in this span) whose
     /// first request of the span sets the budget. Every rate it holds, its own and the
@@ -276,7 +275,6 @@ pub(crate) fn budget(
         local_at: key.local,
         share: share as f32,
         at: now,
-        split: if even { Split::Even } else { Split::ByDemand },
         ..Budget::default()
     }
 }

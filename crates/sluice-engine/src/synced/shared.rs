@@ -8,7 +8,6 @@ use parking_lot::Mutex;
 use sluice_core::Nanos;
 use smallvec::SmallVec;
 
-use super::model::Split;
 use super::params::SyncedParams;
 use super::time::Demand;
 
@@ -63,27 +62,12 @@ pub(crate) struct Budget {
     /// decaying weight frees afterwards is shared the same way), and when.
     pub share: f32,
     pub at: Nanos,
-    /// What set it: a flush reply, or a request after a quiet span.
-    pub set_at: SetAt,
-    /// How the room was split: by demand, or evenly where the rates said nothing.
-    pub split: Split,
     /// Whether the count it was set from may lack the others' flushes of its boundary.
     pub read: Read,
     /// Set in the key's current window (cleared when the window rolls). Kept here rather than
     /// as an `Option` around the budget: it fills the struct's padding instead of adding 8
     /// bytes a key.
     pub(super) current: bool,
-}
-
-/// What set a budget.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum SetAt {
-    /// A flush reply (a span boundary's, or an early sync's).
-    #[default]
-    Reply,
-    /// The first request of a span whose boundary brought no reply (the key was quiet),
-    /// from the count last read, which may be a span or more old.
-    Request,
 }
 
 /// Whether the count a budget was set from holds the others' latest flushes.

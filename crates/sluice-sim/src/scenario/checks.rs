@@ -32,22 +32,39 @@ pub(super) fn nodes_problem(nodes: &NodeSpec) -> Option<&'static str> {
     if n == 0 || n > 1000 {
         return Some("nodes.count must be between 1 and 1000");
     }
-    if nodes.skew_ms.len() > n || nodes.join_s.len() > n || nodes.leave_s.len() > n {
-        return Some("nodes.skew_ms, join_s and leave_s take at most one entry per node");
+    if [
+        nodes.skew_ms.len(),
+        nodes.join_s.len(),
+        nodes.leave_s.len(),
+        nodes.crash_s.len(),
+    ]
+    .iter()
+    .any(|&len| len > n)
+    {
+        return Some("nodes.skew_ms, join_s, leave_s and crash_s take at most one entry per node");
     }
     if nodes.skew_ms.iter().any(|s| s.abs() > 3_600_000) {
         return Some("nodes.skew_ms entries must be within an hour (3600000)");
     }
-    if (0..n).any(|i| {
-        let join = nodes.join_s.get(i).copied().unwrap_or(0);
-        nodes
-            .leave_s
-            .get(i)
-            .copied()
-            .flatten()
-            .is_some_and(|l| l <= join)
-    }) {
+    let before_join = |at: &[Option<u64>]| {
+        (0..n).any(|i| {
+            let join = nodes.join_s.get(i).copied().unwrap_or(0);
+            at.get(i).copied().flatten().is_some_and(|l| l <= join)
+        })
+    };
+    if before_join(&nodes.leave_s) {
         return Some("a node must join (join_s) before it leaves (leave_s)");
+    }
+    if before_join(&nodes.crash_s) {
+        return Some("a node must join (join_s) before it crashes (crash_s)");
+    }
+    if (0..n).any(|i| {
+        matches!(
+            (nodes.leave_s.get(i), nodes.crash_s.get(i)),
+            (Some(Some(_)), Some(Some(_)))
+        )
+    }) {
+        return Some("a node either leaves (leave_s) or crashes (crash_s), not both");
     }
     if nodes.expected == Some(0) {
         return Some("nodes.expected must be at least 1");

@@ -250,12 +250,8 @@ impl KeyState {
             .saturating_mul(p.span_ns)
             .saturating_sub(now);
         let short = f64::from(budget.amount) < self.demand.hits_in(span_left);
-        let reads_again = !early && (capped > 0 || (listed_behind && short));
-        if !early && (listed_behind || group_behind) && !reads_again {
-            budget.read = Read::BeforeOthers;
-        }
-        x.set_budget(budget);
-        if reads_again {
+        let mut read_again = false;
+        if !early && (capped > 0 || (listed_behind && short)) {
             if p.span_of(now) as u16 != self.span {
                 // No check in this span yet: the early sync asked in the last one is
                 // not this span's. The span starts here (a check must not start it again
@@ -265,8 +261,15 @@ impl KeyState {
                 self.span_count = 0;
                 self.activity.new_span();
             }
-            self.activity.ask_early();
+            read_again = self.activity.ask_early();
         }
+        if !early && (listed_behind || group_behind) && !read_again {
+            // No early sync reads the others' flushes of this boundary after this reply: the
+            // count it read may lack them, and a budget set from it later after a quiet span
+            // reads first (`KeyState::read_first`).
+            budget.read = Read::BeforeOthers;
+        }
+        x.set_budget(budget);
     }
 
     /// What a budget set at this reply leaves out of the room it read, when the reply may
