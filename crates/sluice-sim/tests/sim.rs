@@ -378,6 +378,11 @@ fn bad_scenarios_get_precise_errors() {
             "join (join_s) before it leaves",
         ),
         (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2, leave_s: [~, 5], crash_s: [~, 6] }\ntraffic: []\n",
+            "bad.yaml:4:",
+            "either leaves (leave_s) or crashes (crash_s)",
+        ),
+        (
             "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - bursts: { rate: 5, every_s: 1, length_s: 2 }\n",
             "bad.yaml:6:",
             "length_s <= every_s",
