@@ -80,7 +80,7 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
     let normal = class(&real, "normal");
     assert!(normal.false_denial_pct < 0.2, "{normal:?}");
     assert_eq!(class(&real, "churn").false_denials, 0);
-    // Bursts a few times a window on every instance, quiet between: 0.0-4.2% over in five
+    // Bursts a few times a window on every instance, quiet between: 0.0-4.2% over in eight
     // runs, the least busy window at 93-98% (5.0% over in each of two runs before a budget set
     // after a quiet span read the store first; 0-17% before the even split: docs/ACCURACY.md).
     // Not held to the 95% floor on these 12 s windows; this bound catches a regression.
