@@ -173,7 +173,12 @@ impl SyncedRule {
             // is not flushed.
             Asked::Unanswered(Some(e @ StoreError::Timeout(_))) => {
                 count_store_error(&e);
-                let (d, reason, _) = self.check_after_timeout(&key, now, cost, store);
+                let (d, reason, early) = self.check_after_timeout(&key, now, cost, store);
+                if early {
+                    // The key queued an early sync: the flush loop sends it now, not with the
+                    // next key that asks.
+                    link.early.wake();
+                }
                 (d, reason)
             }
             // The synced decision takes over: the key's share, counted and flushed.
