@@ -523,3 +523,42 @@ fn a_request_costing_more_than_the_cold_span_share_is_admitted_as_the_spans_firs
     // 16 a window: three of cost 5, the fourth would be 20.
     assert_eq!(admitted, 15);
 }
+
+#[test]
+fn a_budget_set_after_a_quiet_span_reads_first_when_its_count_may_lack_a_boundarys_flushes() {
+    // The key's last reply, at a span boundary, lists another instance that flushed in the
+    // span before: it flushes at this boundary too, and the reply may have come before that
+    // flush. The key is then quiet for a span; the request that sets its budget after the
+    // quiet asks for an early sync. When the reply already held the other's flush of the
+    // boundary, it does not.
+    let window = 60 * SECOND;
+    let span = window / 4;
+    let me: Arc<str> = Arc::from("me");
+    let t0 = 100 * window;
+    let asks_after_quiet = |other_at: Nanos| {
+        let r = rule(100, window, 0);
+        for _ in 0..10 {
+            assert!(r.check("k", t0 + 14 * SECOND, 1, ANSWERING).0.is_allowed());
+        }
+        let boundary = t0 + span + 1_000_000;
+        let (mut items, mut pending) = (Vec::new(), Vec::new());
+        r.prepare_flush(boundary, &me, &mut items, &mut pending);
+        let outcome = FlushOutcome {
+            total: 20,
+            previous_total: Some(0),
+            entries: vec![
+                node_entry("me", 10, boundary),
+                node_entry("other", 10, other_at),
+            ],
+        };
+        assert!(answer(&r, &pending[0], &[outcome], boundary));
+        // Nothing to flush at the next boundary; a request a second after it.
+        let d = r.check("k", t0 + 2 * span + SECOND, 1, ANSWERING);
+        assert!(allowed(&d), "{d:?}");
+        d.2
+    };
+    // The other flushed in the span before the reply's boundary: the reply may lack its flush.
+    assert!(asks_after_quiet(t0 + 14 * SECOND));
+    // The other's flush of the boundary is in the reply.
+    assert!(!asks_after_quiet(t0 + span + 500_000));
+}
