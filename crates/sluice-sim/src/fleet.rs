@@ -204,9 +204,7 @@ impl<'e> Timers<'e> {
                 gone: false,
             })
             .collect();
-        let leave = (0..s.nodes.count)
-            .map(|i| s.nodes.leave_s.get(i).copied().flatten().map(|l| l * NS))
-            .collect();
+        let leave = (0..s.nodes.count).map(|i| s.nodes.leave_ns(i)).collect();
         Self {
             fleet,
             leave,

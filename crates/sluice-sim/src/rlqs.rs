@@ -180,8 +180,12 @@ impl<'a> Envoys<'a> {
     fn leaves(&self, node: usize, t: u64) -> bool {
         // A crashed Envoy's stream ends as a stopped one's does (Envoy 1.40 sends no last
         // report either way).
-        let leave = self.s.nodes.leave_s.get(node).copied().flatten();
-        leave.is_some_and(|l| t >= l * NS) || self.s.nodes.crash_ns(node).is_some_and(|c| t >= c)
+        let nodes = &self.s.nodes;
+        nodes
+            .leave_ns(node)
+            .into_iter()
+            .chain(nodes.crash_ns(node))
+            .any(|at| t >= at)
     }
 
     fn open_streams(&self) -> usize {

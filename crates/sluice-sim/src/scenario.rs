@@ -81,25 +81,29 @@ pub struct NodeSpec {
 impl NodeSpec {
     /// Whether node `i` takes traffic at `t_ns` after the start.
     pub fn active(&self, i: usize, t_ns: u64) -> bool {
-        let join = self.join_s.get(i).copied().unwrap_or(0) * 1_000_000_000;
-        let gone = |at: &[Option<u64>]| {
-            at.get(i)
-                .copied()
-                .flatten()
-                .map_or(u64::MAX, |s| s * 1_000_000_000)
-        };
-        (join..gone(&self.leave_s).min(gone(&self.crash_s))).contains(&t_ns)
+        let join = self.join_s.get(i).copied().unwrap_or(0).saturating_mul(NS);
+        let gone = self.leave_ns(i).into_iter().chain(self.crash_ns(i)).min();
+        (join..gone.unwrap_or(u64::MAX)).contains(&t_ns)
+    }
+
+    /// When node `i` leaves (ns since the start), if it does.
+    pub fn leave_ns(&self, i: usize) -> Option<u64> {
+        at_ns(&self.leave_s, i)
     }
 
     /// When node `i` crashes (ns since the start), if it does.
     pub fn crash_ns(&self, i: usize) -> Option<u64> {
-        self.crash_s
-            .get(i)
-            .copied()
-            .flatten()
-            .map(|s| s * 1_000_000_000)
+        at_ns(&self.crash_s, i)
     }
 }
+
+/// Node `i`'s entry of a per-node list of seconds, in ns.
+fn at_ns(list: &[Option<u64>], i: usize) -> Option<u64> {
+    list.get(i).copied().flatten().map(|s| s.saturating_mul(NS))
+}
+
+/// A second.
+const NS: u64 = 1_000_000_000;
 
 /// A traffic generator. Keys are named `{prefix}-{n}` (prefix `key` unless set), so several
 /// generators can share keys.

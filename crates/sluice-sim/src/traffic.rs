@@ -74,11 +74,8 @@ impl Live {
         let mut times: Vec<u64> = vec![0];
         for i in 0..nodes.count {
             times.push(nodes.join_s.get(i).copied().unwrap_or(0) * NS);
-            for at in [nodes.leave_s.get(i), nodes.crash_s.get(i)] {
-                if let Some(Some(l)) = at {
-                    times.push(l * NS);
-                }
-            }
+            times.extend(nodes.leave_ns(i));
+            times.extend(nodes.crash_ns(i));
         }
         times.sort_unstable();
         times.dedup();

@@ -13,8 +13,6 @@ fn key(user: &str) -> BucketKey {
         .key
 }
 
-const S: u64 = 1_000_000_000;
-
 /// Admitted `allowed` per second, nothing denied.
 fn admitted(allowed: f64) -> Asked {
     Asked {
