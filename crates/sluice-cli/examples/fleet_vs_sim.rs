@@ -9,6 +9,11 @@
 //! commands per request, and, for a scenario whose keys fall in several classes (key
 //! prefixes), both sides' figures per class.
 //!
+//! Nodes that join, leave or crash do so on the real side too: a joining node's `sluice serve`
+//! starts a second before its join time (it takes a few hundred milliseconds to listen and
+//! announce itself), a leaving one gets SIGTERM (its last flush, then it takes itself off the
+//! fleet's list), a crashing one SIGKILL.
+//!
 //! The scenario's clock skews, store latency and outages are simulator-only: a scenario with
 //! them is refused, since the real run could not reproduce them, except a store latency of at
 //! most 1 ms: the round trip of the real run's own Redis on loopback, which a scenario should
@@ -45,13 +50,11 @@ fn main() {
     let n = &scenario.nodes;
     let store = &scenario.store;
     if n.skew_ms.iter().any(|&s| s != 0)
-        || !n.join_s.is_empty()
-        || !n.leave_s.is_empty()
         || store.latency_ms.is_some_and(|l| l.median > 1.0)
         || !store.outages.is_empty()
     {
         eprintln!(
-            "{path}: clock skews, joins, leaves, store latency over 1 ms and outages exist only in the simulator; this comparison runs scenarios without them"
+            "{path}: clock skews, store latency over 1 ms and outages exist only in the simulator; this comparison runs scenarios without them"
         );
         std::process::exit(2);
     }
@@ -63,6 +66,7 @@ fn main() {
         .filter(|p| p.starts_with("predictive") || p == "reactive")
         .collect();
     let requests = sluice_sim::requests(&scenario);
+    let changes = fleet::changes(n);
     let window = Duration::from_secs(scenario.rule.window_s);
     let windows = scenario.duration_s.div_ceil(scenario.rule.window_s);
     let limit = scenario.rule.limit;
@@ -84,11 +88,19 @@ fn main() {
     );
     for policy in policies {
         let rules = sluice_sim::rule_file(&policy, &scenario);
-        let fleet = fleet::Fleet::start(&bin, n.count, &rules, &extra);
-        // Every instance knows the fleet's size before the traffic starts.
+        let joins_first = |i: usize| n.join_s.get(i).copied().unwrap_or(0) == 0;
+        let mut fleet = fleet::Fleet::start_some(&bin, n.count, &rules, &extra, joins_first);
+        // Every instance of the start knows the fleet's size before the traffic starts.
         fleet.wait_until_all_known();
         let commands_before = fleet.store_commands();
-        let real = runtime.block_on(fleet::replay(&fleet.http_ports(), &requests, window));
+        let ports = fleet.http_ports();
+        let real = runtime.block_on(fleet::replay_changing(
+            &ports,
+            &requests,
+            window,
+            &changes,
+            |change| fleet.apply(change),
+        ));
         let commands = fleet.store_commands().saturating_sub(commands_before);
         drop(fleet);
         let mut one = scenario.clone();

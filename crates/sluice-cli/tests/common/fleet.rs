@@ -18,9 +18,11 @@ use hyper_util::rt::TokioIo;
 use sluice_core::{Clock, SystemClock};
 use sluice_testkit::{RedisServer, free_port, wait_until};
 
-/// One `sluice serve` of a fleet.
+/// One `sluice serve` of a fleet: its configuration, and its process while it runs.
 pub struct Instance {
-    child: Child,
+    child: Option<Child>,
+    /// Signalled to stop (its process may still be making its last flush).
+    stopped: bool,
     dir: PathBuf,
     pub http: u16,
     pub admin: u16,
@@ -28,15 +30,96 @@ pub struct Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         if std::env::var_os("SLUICE_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }
 
+/// How an instance is stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM: a last flush, then it takes itself off the fleet's list.
+    Term,
+    /// SIGKILL: gone at once, what it counted since its last flush lost.
+    Kill,
+}
+
 impl Instance {
+    /// Writes its configuration (rules `rules`, `extra` appended to `sluice.yaml`) on free
+    /// ports; it starts with [`Instance::spawn`].
+    fn configure(i: usize, store: &str, rules: &str, extra: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-fleet-{}-{i}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(dir.join("rules")).unwrap();
+        std::fs::write(dir.join("rules/sim.yaml"), rules).unwrap();
+        let (http, grpc, admin) = (free_port(), free_port(), free_port());
+        std::fs::write(
+            dir.join("sluice.yaml"),
+            format!(
+                "store: {store}\nlisten:\n  http: 127.0.0.1:{http}\n  grpc: 127.0.0.1:{grpc}\n  admin: 127.0.0.1:{admin}\nrules: [rules/]\n{extra}"
+            ),
+        )
+        .unwrap();
+        Instance {
+            child: None,
+            stopped: false,
+            dir,
+            http,
+            admin,
+        }
+    }
+
+    /// Starts its `sluice serve` (`bin`), logging to `serve.log` in its directory.
+    pub fn spawn(&mut self, bin: &Path) {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("serve.log"))
+            .unwrap();
+        let child = Command::new(bin)
+            .args(["serve", "--config"])
+            .arg(self.dir.join("sluice.yaml"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start sluice serve");
+        self.child = Some(child);
+    }
+
+    /// Stops its process, if it runs. `Term` does not wait (a replay goes on while the
+    /// instance makes its last flush); the process is reaped when the instance is dropped.
+    pub fn signal(&mut self, signal: Signal) {
+        let Some(child) = self.child.as_mut().filter(|_| !self.stopped) else {
+            return;
+        };
+        self.stopped = true;
+        match signal {
+            Signal::Term => {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &child.id().to_string()])
+                    .status();
+            }
+            Signal::Kill => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Whether its process was started and not stopped.
+    pub fn running(&self) -> bool {
+        self.child.is_some() && !self.stopped
+    }
+
     /// The end of its log (for a failing check).
     pub fn log_tail(&self) -> String {
         let log = std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default();
@@ -50,69 +133,76 @@ impl Instance {
 pub struct Fleet {
     pub instances: Vec<Instance>,
     pub redis: RedisServer,
+    bin: PathBuf,
 }
 
 impl Fleet {
+    /// Starts every instance.
     pub fn start(bin: &Path, nodes: usize, rules: &str, extra: &str) -> Self {
-        let redis = RedisServer::start();
-        let instances: Vec<Instance> = (0..nodes)
-            .map(|i| {
-                let dir = std::env::temp_dir().join(format!(
-                    "sluice-fleet-{}-{i}-{}",
-                    std::process::id(),
-                    free_port()
-                ));
-                std::fs::create_dir_all(dir.join("rules")).unwrap();
-                std::fs::write(dir.join("rules/sim.yaml"), rules).unwrap();
-                let (http, grpc, admin) = (free_port(), free_port(), free_port());
-                std::fs::write(
-                    dir.join("sluice.yaml"),
-                    format!(
-                        "store: {}\nlisten:\n  http: 127.0.0.1:{http}\n  grpc: 127.0.0.1:{grpc}\n  admin: 127.0.0.1:{admin}\nrules: [rules/]\n{extra}",
-                        redis.url()
-                    ),
-                )
-                .unwrap();
-                let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-                let child = Command::new(bin)
-                    .args(["serve", "--config"])
-                    .arg(dir.join("sluice.yaml"))
-                    .env("RUST_LOG", "warn")
-                    .stdout(Stdio::null())
-                    .stderr(log)
-                    .spawn()
-                    .expect("start sluice serve");
-                Instance {
-                    child,
-                    dir,
-                    http,
-                    admin,
-                }
-            })
-            .collect();
-        for instance in &instances {
-            assert!(
-                wait_until(Duration::from_secs(15), || {
-                    std::net::TcpStream::connect(("127.0.0.1", instance.http)).is_ok()
-                }),
-                "sluice serve did not come up: {}",
-                instance.log_tail()
-            );
-        }
-        Self { instances, redis }
+        Self::start_some(bin, nodes, rules, extra, |_| true)
     }
 
-    /// Waits (up to 30 s) until every instance has heard from the store that all of them are
-    /// live (`sluice_fleet_instances` on its admin listener): until then an instance shares a
+    /// Configures `nodes` instances and starts those `first` names; the others start with
+    /// [`Fleet::apply`].
+    pub fn start_some(
+        bin: &Path,
+        nodes: usize,
+        rules: &str,
+        extra: &str,
+        first: impl Fn(usize) -> bool,
+    ) -> Self {
+        let redis = RedisServer::start();
+        let mut instances: Vec<Instance> = (0..nodes)
+            .map(|i| Instance::configure(i, &redis.url(), rules, extra))
+            .collect();
+        for (i, instance) in instances.iter_mut().enumerate() {
+            if first(i) {
+                instance.spawn(bin);
+            }
+        }
+        let fleet = Self {
+            instances,
+            redis,
+            bin: bin.to_owned(),
+        };
+        for instance in fleet.instances.iter().filter(|i| i.running()) {
+            fleet.wait_until_up(instance);
+        }
+        fleet
+    }
+
+    fn wait_until_up(&self, instance: &Instance) {
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                std::net::TcpStream::connect(("127.0.0.1", instance.http)).is_ok()
+            }),
+            "sluice serve did not come up: {}",
+            instance.log_tail()
+        );
+    }
+
+    /// Makes `change` to the fleet: starts, stops or kills its instance.
+    pub fn apply(&mut self, change: &Change) {
+        let instance = &mut self.instances[change.node];
+        match change.kind {
+            ChangeKind::Join => instance.spawn(&self.bin),
+            ChangeKind::Leave => instance.signal(Signal::Term),
+            ChangeKind::Crash => instance.signal(Signal::Kill),
+        }
+    }
+
+    /// Waits (up to 30 s) until every running instance has heard from the store that all of
+    /// them are live (`sluice_fleet_instances` on its admin listener): until then an instance shares a
     /// limit among fewer instances than there are. Panics, with the logs, when they do not.
     pub fn wait_until_all_known(&self) {
-        let n = self.instances.len();
+        let n = self.instances.iter().filter(|i| i.running()).count();
         let known = |i: &Instance| {
-            admin_metrics(i.admin)
-                .lines()
-                .find_map(|l| l.strip_prefix("sluice_fleet_instances "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                == Some(n as f64)
+            !i.running()
+                || admin_metrics(i.admin)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("sluice_fleet_instances "))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    == Some(n as f64)
         };
         assert!(
             wait_until(Duration::from_secs(30), || self.instances.iter().all(known)),
@@ -155,6 +245,57 @@ impl Fleet {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// A change to a fleet during a replay: an instance joins (starts), leaves (SIGTERM) or
+/// crashes (SIGKILL) at a time from the replay's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub at_ns: u64,
+    pub node: usize,
+    pub kind: ChangeKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Join,
+    Leave,
+    Crash,
+}
+
+/// How long before its join time an instance is started: `sluice serve` takes a few hundred
+/// milliseconds to listen and announce itself, and the simulator's node takes traffic from its
+/// join time on.
+pub const JOIN_LEAD: Duration = Duration::from_secs(1);
+
+/// A scenario's joins after the start, leaves and crashes, in time order (a join at
+/// [`JOIN_LEAD`] before the node's join time; nodes joining at the start are started before
+/// the replay, see [`Fleet::start_some`]).
+pub fn changes(nodes: &sluice_sim::NodeSpec) -> Vec<Change> {
+    let lead = JOIN_LEAD.as_nanos() as u64;
+    let mut out = Vec::new();
+    for node in 0..nodes.count {
+        let join_ns = nodes.join_s.get(node).copied().unwrap_or(0) * 1_000_000_000;
+        if join_ns > 0 {
+            out.push(Change {
+                at_ns: join_ns.saturating_sub(lead),
+                node,
+                kind: ChangeKind::Join,
+            });
+        }
+        out.extend(nodes.leave_ns(node).map(|at_ns| Change {
+            at_ns,
+            node,
+            kind: ChangeKind::Leave,
+        }));
+        out.extend(nodes.crash_ns(node).map(|at_ns| Change {
+            at_ns,
+            node,
+            kind: ChangeKind::Crash,
+        }));
+    }
+    out.sort_by_key(|c| c.at_ns);
+    out
 }
 
 /// An instance's `/metrics` (empty when it does not answer).
@@ -244,9 +385,21 @@ type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 /// An answer: allowed or not, its time until reset, and when it came (wall clock, ns).
 type Answer = (bool, Option<Duration>, u64);
 
+/// A keep-alive connection to `port`, tried for up to 3 s (an instance that has just started
+/// may not listen yet).
 async fn connect(port: u16) -> Sender {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut tries = 0;
+    let stream = loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(stream) => break stream,
+            Err(e) if tries >= 60 => panic!("connect to {addr}: {e}"),
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
     stream.set_nodelay(true).ok();
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -321,6 +474,19 @@ async fn check(
 /// end on a busy machine, counted in the next window, looked like an over-admission of the
 /// window it was sent in.)
 pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Duration) -> Replayed {
+    replay_changing(ports, requests, window, &[], |_| {}).await
+}
+
+/// [`replay`], making each of `changes` (times from the replay's start, in order) with `apply`
+/// at its time. Instances not listening at the start get their connections when they are
+/// first sent a request.
+pub async fn replay_changing(
+    ports: &[u16],
+    requests: &[sluice_sim::Request],
+    window: Duration,
+    changes: &[Change],
+    mut apply: impl FnMut(&Change),
+) -> Replayed {
     let clock = SystemClock::new();
     let window_ns = window.as_nanos() as u64;
     let now = clock.now();
@@ -334,6 +500,9 @@ pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Dur
         .map(|_| Arc::new(tokio::sync::Mutex::new(Vec::new())))
         .collect();
     for (pool, &port) in pools.iter().zip(ports) {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            continue;
+        }
         let mut senders = pool.lock().await;
         for _ in 0..4 {
             senders.push(connect(port).await);
@@ -362,7 +531,12 @@ pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Dur
         }
         out.late += u64::from(late);
     };
+    let mut changes = changes.iter().peekable();
     for r in requests {
+        while let Some(change) = changes.next_if(|c| c.at_ns <= r.t_ns) {
+            tokio::time::sleep_until(base + Duration::from_nanos(change.at_ns)).await;
+            apply(change);
+        }
         tokio::time::sleep_until(base + Duration::from_nanos(r.t_ns)).await;
         let (pool, port) = (pools[r.node].clone(), ports[r.node]);
         let (key, cost, due) = (r.key.clone(), r.cost, r.t_ns);
@@ -385,6 +559,10 @@ pub async fn replay(ports: &[u16], requests: &[sluice_sim::Request], window: Dur
         while let Some(done) = tasks.try_join_next() {
             tally(done.expect("request task"));
         }
+    }
+    for change in changes {
+        tokio::time::sleep_until(base + Duration::from_nanos(change.at_ns)).await;
+        apply(change);
     }
     while let Some(done) = tasks.join_next().await {
         tally(done.expect("request task"));
