@@ -1,13 +1,15 @@
-//! A fleet that changes under load: an instance that stops (as `sluice serve` stops, taking
-//! itself off the fleet's list) is no longer kept a share of a key's limit by the others; one
-//! that crashes is, until its announcement ages out.
+//! A user trickling far below its limit, then surging on every instance at once, on a fleet
+//! that changes under load: an instance that stops (as `sluice serve` stops, taking itself off
+//! the fleet's list) is no longer kept a share of a key's limit by the others; one that
+//! crashes is, until its announcement ages out; and the surge's first window holds whoever is
+//! in the fleet.
 
 use sluice_sim::{Scenario, run};
 
 #[test]
 fn an_instance_that_leaves_is_no_longer_kept_a_share() {
     // Instance 1 leaves at 180 s.
-    let windows = surge_windows("leave_s: [~, 180]");
+    let windows = surge_windows(38, "leave_s: [~, 180]");
     // The two windows after the leave: 299 and 303 of 300. Counted as a live instance that
     // had not listed the key yet (until `LIVE_FOR` and the others' next announcement), the
     // instance that left kept a fifth of the room: 241 and 243.
@@ -26,19 +28,47 @@ fn an_instance_that_crashes_is_kept_a_share_until_its_announcement_ages_out() {
     // their next announcement (every 30 s): the window after the crash admits about four
     // fifths of the limit (the crashed instance's fifth of the room kept for it), and the
     // fleet gets the whole limit again once it is off the list.
-    let windows = surge_windows("crash_s: [~, 150]");
+    let windows = surge_windows(38, "crash_s: [~, 150]");
     // Measured: 349, 300, 296, 242, 302.
     assert!((225..=260).contains(&windows[3]), "{windows:?}");
     assert!((285..=310).contains(&windows[4]), "{windows:?}");
 }
 
+#[test]
+fn a_surge_after_a_sparse_trickle_holds_its_first_window() {
+    // The trickle (0.2/s over five instances) leaves most instances with no reply for the key
+    // when the surge comes. Those that had one set their budget at the surge's first request,
+    // a fifth of the room each; those that had none spend their cold share and read the
+    // store early. Their read lists the others with a trickle's rate from before the surge,
+    // while each holds a fifth of the room: split by those rates, each took a quarter to a
+    // half of the room more (first windows at 326-360 of 300 with these seeds, 349 with the
+    // crash below). Now the others last heard of before the read's quarter span count as
+    // demanding what this instance does (`Split::ColdStart`), and an instance that spent a
+    // budget split evenly (the trickle is far below its limit) counts the others as having
+    // spent theirs too when its early read comes: 284-301 of 300.
+    for (seed, change) in [
+        (1, "leave_s: []"),
+        (4, "leave_s: []"),
+        (10, "leave_s: []"),
+        (37, "leave_s: []"),
+        (38, "crash_s: [~, 150]"),
+        (38, "join_s: [0, 0, 0, 60, 120], leave_s: [~, 180]"),
+    ] {
+        let windows = surge_windows(seed, change);
+        assert!(
+            (280..=310).contains(&windows[0]),
+            "seed {seed}, {change}: {windows:?}"
+        );
+    }
+}
+
 /// The admissions per window of a user trickling at 0.2/s, then surging once a window on every
-/// one of five instances, whose `nodes` also say `change` (who leaves or crashes when).
-fn surge_windows(change: &str) -> Vec<u64> {
+/// one of five instances, whose `nodes` also say `change` (who joins, leaves or crashes when).
+fn surge_windows(seed: u64, change: &str) -> Vec<u64> {
     let text = format!(
         "
 duration_s: 300
-seed: 38
+seed: {seed}
 rule: {{ limit: 300, window_s: 60, spans: 6 }}
 nodes: {{ count: 5, {change} }}
 traffic:

@@ -25,6 +25,8 @@ mod time;
 mod props;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cold_start;
 
 use std::sync::Arc;
 

@@ -187,7 +187,21 @@ pub(crate) fn share(
     now: Nanos,
     (phantoms, fleet): (u64, u64),
 ) -> f64 {
+    share_with(p, key, shared, now, (phantoms, fleet), 0)
+}
+
+/// [`share`], with the others last heard of before `stale_before` taken to demand at least
+/// what this instance does (their rates are older than its own: see [`Split::ColdStart`]).
+fn share_with(
+    p: &SyncedParams,
+    key: &KeyView,
+    shared: &Shared,
+    now: Nanos,
+    (phantoms, fleet): (u64, u64),
+    stale_before: Nanos,
+) -> f64 {
     let known = |d: super::time::Demand| (!d.is_none()).then(|| d.per_ns());
+    let own_known = known(key.demand);
     // An instance whose entry went stale (nothing from it for two spans) may have left, or
     // gone quiet and be about to come back with everyone else (a client behind a balancer
     // bursts on every instance at once): while the fleet has room for it, its part of the
@@ -196,14 +210,17 @@ pub(crate) fn share(
     let stale = (shared.others.len() as u64 - live).min(fleet.saturating_sub(1 + phantoms + live));
     let others: Vec<Option<f64>> = shared
         .live_others(p, now)
-        .map(|o| known(o.demand))
+        .map(|o| match (known(o.demand), own_known) {
+            (Some(rate), Some(own)) if o.at < stale_before && !o.unlisted() => Some(rate.max(own)),
+            (rate, _) => rate,
+        })
         .chain((0..stale).map(|_| None))
         .collect();
     let (sum, n) = others
         .iter()
         .flatten()
         .fold((0.0, 0.0), |(sum, n), r| (sum + r, n + 1.0));
-    let own = known(key.demand).unwrap_or(if n > 0.0 { sum / n } else { 1.0 });
+    let own = own_known.unwrap_or(if n > 0.0 { sum / n } else { 1.0 });
     let total = own * (1 + phantoms) as f64 + others.iter().map(|r| r.unwrap_or(own)).sum::<f64>();
     (own / total).clamp(0.0, 1.0)
 }
@@ -230,6 +247,13 @@ pub(crate) enum Split {
     /// the room before the next burst. Evenly, every instance that meets the burst takes the
     /// same part and the parts add up to the room.
     Even,
+    /// By demand at an early reply to a key's cold start: this instance spent its cold share
+    /// before any reply with entries, and the others listed may hold budgets it cannot see.
+    /// Those last heard of more than a quarter span ago count with at least this instance's
+    /// demand (their rates are from before its own burst: a client trickling, then bursting
+    /// on every instance at once, had them at a trickle's while each held its part of the
+    /// room).
+    ColdStart,
 }
 
 /// This instance's budget until its next flush reply: its share of the room the estimate
@@ -244,7 +268,7 @@ pub(crate) fn budget(
     split: Split,
 ) -> Budget {
     let counted = match split {
-        Split::ByDemand => estimate(
+        Split::ByDemand | Split::ColdStart => estimate(
             p,
             key,
             Some(shared),
@@ -266,6 +290,9 @@ pub(crate) fn budget(
     let even = split == Split::Even || far_below(p, key, shared, window_start, now, phantoms);
     let share = if even {
         even_share(p, shared, now, (phantoms, fleet))
+    } else if split == Split::ColdStart {
+        let stale_before = now.saturating_sub(p.settle_margin());
+        share_with(p, key, shared, now, (phantoms, fleet), stale_before)
     } else {
         share(p, key, shared, now, (phantoms, fleet))
     };
@@ -275,6 +302,7 @@ pub(crate) fn budget(
         local_at: key.local,
         share: share as f32,
         at: now,
+        even,
         ..Budget::default()
     }
 }

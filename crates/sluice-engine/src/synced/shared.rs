@@ -64,6 +64,9 @@ pub(crate) struct Budget {
     pub at: Nanos,
     /// Whether the count it was set from may lack the others' flushes of its boundary.
     pub read: Read,
+    /// Split evenly over the fleet ([`super::model::Split::Even`], or a key far below its
+    /// limit): the rates in hand said nothing of how the instances' demand is spread.
+    pub even: bool,
     /// Set in the key's current window (cleared when the window rolls). Kept here rather than
     /// as an `Option` around the budget: it fills the struct's padding instead of adding 8
     /// bytes a key.

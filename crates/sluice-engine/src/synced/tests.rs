@@ -21,9 +21,9 @@ fn answer(r: &SyncedRule, p: &PendingFlush, outcomes: &[FlushOutcome], t: Nanos)
     r.apply(p, |i| outcomes.get(i), "me", (t, ANSWERING))
 }
 
-const SECOND: u64 = 1_000_000_000;
+pub(super) const SECOND: u64 = 1_000_000_000;
 
-fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
+pub(super) fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
     let params = SyncedParams {
         limit,
         window_ns,
@@ -41,7 +41,7 @@ fn rule(limit: u64, window_ns: u64, cooldown_ns: u64) -> SyncedRule {
     )
 }
 
-fn allowed(d: &(Decision, Option<Reason>, bool)) -> bool {
+pub(super) fn allowed(d: &(Decision, Option<Reason>, bool)) -> bool {
     matches!(d.0, Decision::Allowed(_))
 }
 
@@ -249,7 +249,7 @@ fn totals_beyond_32_bits_saturate_and_block() {
 }
 
 /// Another instance's entry as the store returns it: flushed at `at`, 1 hit a second.
-fn node_entry(node: &str, count: u64, at: Nanos) -> NodeEntry {
+pub(super) fn node_entry(node: &str, count: u64, at: Nanos) -> NodeEntry {
     NodeEntry {
         node: Arc::from(node),
         count,

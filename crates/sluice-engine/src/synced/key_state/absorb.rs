@@ -71,6 +71,7 @@ impl KeyState {
     ) {
         let window_start = p.window_start(kw);
         let early = flight.early;
+        let cold_start = !self.seen_entries();
         // Our own count as of the snapshot is in the total; what came after is not.
         let own = u64::from(self.local.saturating_sub(self.unflushed));
         self.others_read = sat32(outcome.total.saturating_sub(own));
@@ -125,7 +126,12 @@ impl KeyState {
             && let Some(x) = shared
         {
             let group_behind = had_group && flushed_last_span;
-            let reply = (early, group_behind, flight.refused);
+            let reply = Reply {
+                early,
+                group_behind,
+                refused: flight.refused,
+                cold_start,
+            };
             self.set_reply_budget(p, x, reply, window_start, (now, store));
         }
     }
@@ -204,19 +210,30 @@ impl KeyState {
         &mut self,
         p: &SyncedParams,
         x: &mut Shared,
-        (early, group_behind, refused): (bool, bool, bool),
+        reply: Reply,
         window_start: Nanos,
         (now, store): (Nanos, StoreView),
     ) {
+        let Reply {
+            early,
+            group_behind,
+            refused,
+            cold_start,
+        } = reply;
         let phantoms = model::phantoms(p, &self.view(), Some(x), now, store.fleet);
         let previous = x.budget();
+        let split = if early && cold_start {
+            model::Split::ColdStart
+        } else {
+            model::Split::ByDemand
+        };
         let mut budget = model::budget(
             p,
             &self.view(),
             x,
             (window_start, now),
             (phantoms, store.fleet),
-            model::Split::ByDemand,
+            split,
         );
         let listed_behind = !early && self.listed_behind(p, x, now);
         // An early reply to an instance whose budget was set mid-span (at the first request
@@ -235,7 +252,7 @@ impl KeyState {
         // spent one is this instance's own demand (a client pinned to it), and leaving the
         // others' part out locked the next burst out.
         let stale_split = early
-            && previous.is_some_and(|b| set_mid_span(p, b.at, now))
+            && previous.is_some_and(|b| b.even || set_mid_span(p, b.at, now))
             && x.others.iter().any(|o| !o.unlisted());
         let capped = match previous {
             Some(b) if stale_split => self.unflushed_by_others(b, budget, refused),
@@ -362,6 +379,17 @@ impl KeyState {
         self.flags.set_sharing(phase);
         second
     }
+}
+
+/// What a reply that sets the budget was: to an early sync; one that may have come before
+/// the flushes of an unlisted group, one of whom flushed at the last boundary; to a flush taken
+/// after requests were refused; the first with entries for the key (its cold start).
+#[derive(Clone, Copy, Debug)]
+struct Reply {
+    early: bool,
+    group_behind: bool,
+    refused: bool,
+    cold_start: bool,
 }
 
 /// Whether `other` was last heard of in the span before `now`'s: it flushed at the last
