@@ -4,7 +4,8 @@
 //! pinned to one instance, a user whose traffic moves to another instance mid-window. The
 //! simulator runs the same requests and must agree with the real processes class by class.
 //! The full mix, one minute windows for five minutes, is `scripts/mixed-traffic.sh`
-//! (docs/ACCURACY.md, "A mix of users").
+//! (docs/ACCURACY.md, "A mix of users"). And the same mix on a fleet that changes under load:
+//! an instance joins, one leaves, one crashes (`mix/short-changing.yaml`).
 
 #[path = "common/fleet.rs"]
 mod fleet;
@@ -91,6 +92,81 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
     );
     // The simulator predicts each steady class within 3% of the limit per key-window (and one
     // request either way for the windows' edges).
+    for s in sim.iter().filter(|c| c.class != "bursty") {
+        let r = class(&real, &s.class);
+        let per_window = (r.admitted.abs_diff(s.admitted)) as f64 / r.windows.max(1) as f64;
+        assert!(
+            per_window <= 0.03 * limit as f64 + 1.0,
+            "{}: real {} admitted, simulated {} over {} key-windows",
+            s.class,
+            r.admitted,
+            s.admitted,
+            r.windows
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_that_changes_under_load_holds_the_mix_and_agrees_with_the_simulator() {
+    // Instance 4 joins at 12 s, instance 1 leaves (SIGTERM) at 18 s, instance 2 is killed
+    // (SIGKILL) at 24 s, under the mix of `short.yaml`.
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/scenarios/mix/short-changing.yaml");
+    let scenario = sluice_sim::Scenario::load(&file).unwrap();
+    let requests = sluice_sim::requests(&scenario);
+    let nodes = &scenario.nodes;
+    let mut fleet = fleet::Fleet::start_some(
+        Path::new(env!("CARGO_BIN_EXE_sluice")),
+        nodes.count,
+        &sluice_sim::rule_file("predictive", &scenario),
+        "",
+        |i| nodes.join_s.get(i).copied().unwrap_or(0) == 0,
+    );
+    fleet.wait_until_all_known();
+    let window = Duration::from_secs(scenario.rule.window_s);
+    let ports = fleet.http_ports();
+    let changes = fleet::changes(nodes);
+    assert_eq!(changes.len(), 3, "{changes:?}");
+    let replayed =
+        fleet::replay_changing(&ports, &requests, window, &changes, |c| fleet.apply(c)).await;
+    // A request in flight to the killed instance may fail; none to the others.
+    assert!(
+        replayed.failed <= 5,
+        "{} failed: {}",
+        replayed.failed,
+        fleet.logs()
+    );
+    assert!(
+        !fleet.instances[1].running() && !fleet.instances[2].running(),
+        "the instances that left and crashed are stopped"
+    );
+    let limit = scenario.rule.limit;
+    let late = replayed.late;
+    let real = replayed.classes(limit);
+    let sim = sluice_sim::run(&scenario).policies.remove(0).classes;
+    eprintln!(
+        "real:\n{}\nsimulator:\n{}",
+        sluice_sim::classes::markdown(&real),
+        sluice_sim::classes::markdown(&sim)
+    );
+    let one = 100.0 / limit as f64;
+    // Every class within the limit's 5% in every window (the bursty user: 10%, as on the
+    // fleet that does not change), users under their limit not refused.
+    for c in &real {
+        let bound = if c.class == "bursty" { 10.0 } else { 5.0 };
+        assert!(
+            c.over_max_pct <= bound + one,
+            "{}: a window {:.1}% over the limit ({late} requests sent late): {c:?}\n{}",
+            c.class,
+            c.over_max_pct,
+            fleet.logs()
+        );
+    }
+    assert!(class(&real, "normal").false_denial_pct < 0.2);
+    assert_eq!(class(&real, "churn").false_denials, 0);
+    assert_eq!(class(&real, "pinned").under_admitted, 0);
+    // The simulator's joins, leaves and crashes are the real ones: each steady class within
+    // 3% of the limit per key-window (and a request either way for the windows' edges).
     for s in sim.iter().filter(|c| c.class != "bursty") {
         let r = class(&real, &s.class);
         let per_window = (r.admitted.abs_diff(s.admitted)) as f64 / r.windows.max(1) as f64;

@@ -29,7 +29,8 @@ fn an_instance_that_crashes_is_kept_a_share_until_its_announcement_ages_out() {
     // fifths of the limit (the crashed instance's fifth of the room kept for it), and the
     // fleet gets the whole limit again once it is off the list.
     let windows = surge_windows(38, "crash_s: [~, 150]");
-    // Measured: 349, 300, 296, 242, 302.
+    // Measured: 297, 300, 296, 242, 301 (the first window 349 before the cold read counted
+    // the others heard of before the surge as surging too).
     assert!((225..=260).contains(&windows[3]), "{windows:?}");
     assert!((285..=310).contains(&windows[4]), "{windows:?}");
 }

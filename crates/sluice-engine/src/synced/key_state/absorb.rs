@@ -182,7 +182,18 @@ impl KeyState {
             // the mix of users). It is settled again as a new key is: the instances not
             // listed count as this one does until two boundary replies, or a read a
             // quarter span after a boundary, show nobody else counts it.
-            self.flags.set_sharing(self.flags.sharing().unsettle());
+            // An early read that finds them so keeps the window's boundary reply: sent a
+            // quarter span after a boundary, it is itself such a read and settles the key
+            // below. Unsettled by it, a key refused on the phantoms (a client pinned here,
+            // a trickle elsewhere that stopped) had nothing to flush at the next boundaries
+            // and no reply to settle it there: locked out for most of the window (82 of 300).
+            let sharing = self.flags.sharing();
+            let unsettled = if flight.early && sharing.boundary_replied() {
+                Sharing::OneBoundaryReply
+            } else {
+                sharing.unsettle()
+            };
+            self.flags.set_sharing(unsettled);
         }
         set_others(shared, others, now);
         if self.settles(
@@ -248,7 +259,7 @@ impl KeyState {
         // windows at 329-372 of 300 before, 296-360 after; real processes, the surge of
         // `mix/five.yaml`: windows at 321 and 323 of 300, an instance refused 7 into a
         // budget of 60 read a total of 8 and took 58 more, to within 1% in the simulator and
-        // on real processes). Not after a boundary's budget: split with every rate fresh, a
+        // on real processes). Not after a boundary budget split by demand: with every rate fresh, a
         // spent one is this instance's own demand (a client pinned to it), and leaving the
         // others' part out locked the next burst out.
         let stale_split = early
