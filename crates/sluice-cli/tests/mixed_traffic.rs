@@ -22,6 +22,23 @@ fn class<'a>(classes: &'a [ClassReport], name: &str) -> &'a ClassReport {
         .unwrap_or_else(|| panic!("no class {name} in {classes:?}"))
 }
 
+/// Each class but the bursty one admitted within 3% of the limit per key-window of what the
+/// simulator admitted (and one request either way for the windows' edges).
+fn agree_on_steady_classes(real: &[ClassReport], sim: &[ClassReport], limit: u64) {
+    for s in sim.iter().filter(|c| c.class != "bursty") {
+        let r = class(real, &s.class);
+        let per_window = (r.admitted.abs_diff(s.admitted)) as f64 / r.windows.max(1) as f64;
+        assert!(
+            per_window <= 0.03 * limit as f64 + 1.0,
+            "{}: real {} admitted, simulated {} over {} key-windows",
+            s.class,
+            r.admitted,
+            s.admitted,
+            r.windows
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_simulator() {
     let file =
@@ -92,18 +109,7 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
     );
     // The simulator predicts each steady class within 3% of the limit per key-window (and one
     // request either way for the windows' edges).
-    for s in sim.iter().filter(|c| c.class != "bursty") {
-        let r = class(&real, &s.class);
-        let per_window = (r.admitted.abs_diff(s.admitted)) as f64 / r.windows.max(1) as f64;
-        assert!(
-            per_window <= 0.03 * limit as f64 + 1.0,
-            "{}: real {} admitted, simulated {} over {} key-windows",
-            s.class,
-            r.admitted,
-            s.admitted,
-            r.windows
-        );
-    }
+    agree_on_steady_classes(&real, &sim, limit);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,16 +173,5 @@ async fn a_fleet_that_changes_under_load_holds_the_mix_and_agrees_with_the_simul
     assert_eq!(class(&real, "pinned").under_admitted, 0);
     // The simulator's joins, leaves and crashes are the real ones: each steady class within
     // 3% of the limit per key-window (and a request either way for the windows' edges).
-    for s in sim.iter().filter(|c| c.class != "bursty") {
-        let r = class(&real, &s.class);
-        let per_window = (r.admitted.abs_diff(s.admitted)) as f64 / r.windows.max(1) as f64;
-        assert!(
-            per_window <= 0.03 * limit as f64 + 1.0,
-            "{}: real {} admitted, simulated {} over {} key-windows",
-            s.class,
-            r.admitted,
-            s.admitted,
-            r.windows
-        );
-    }
+    agree_on_steady_classes(&real, &sim, limit);
 }
