@@ -22,6 +22,21 @@ fn class<'a>(classes: &'a [ClassReport], name: &str) -> &'a ClassReport {
         .unwrap_or_else(|| panic!("no class {name} in {classes:?}"))
 }
 
+/// The figures per class of the real run and of the simulator on the same scenario (printed).
+fn real_and_simulated(
+    replayed: &fleet::Replayed,
+    scenario: &sluice_sim::Scenario,
+) -> (Vec<ClassReport>, Vec<ClassReport>) {
+    let real = replayed.classes(scenario.rule.limit);
+    let sim = sluice_sim::run(scenario).policies.remove(0).classes;
+    eprintln!(
+        "real:\n{}\nsimulator:\n{}",
+        sluice_sim::classes::markdown(&real),
+        sluice_sim::classes::markdown(&sim)
+    );
+    (real, sim)
+}
+
 /// Each class but the bursty one admitted within 3% of the limit per key-window of what the
 /// simulator admitted (and one request either way for the windows' edges).
 fn agree_on_steady_classes(real: &[ClassReport], sim: &[ClassReport], limit: u64) {
@@ -69,13 +84,7 @@ async fn five_instances_hold_a_mix_of_users_class_by_class_and_agree_with_the_si
             .join(", ")
     };
     let late = replayed.late;
-    let real = replayed.classes(limit);
-    let sim = sluice_sim::run(&scenario).policies.remove(0).classes;
-    eprintln!(
-        "real:\n{}\nsimulator:\n{}",
-        sluice_sim::classes::markdown(&real),
-        sluice_sim::classes::markdown(&sim)
-    );
+    let (real, sim) = real_and_simulated(&replayed, &scenario);
     // A request sent just before a window boundary may be decided just after it: the client's
     // tally of a key-window may hold one request of the next.
     let one = 100.0 / limit as f64;
@@ -148,13 +157,7 @@ async fn a_fleet_that_changes_under_load_holds_the_mix_and_agrees_with_the_simul
     );
     let limit = scenario.rule.limit;
     let late = replayed.late;
-    let real = replayed.classes(limit);
-    let sim = sluice_sim::run(&scenario).policies.remove(0).classes;
-    eprintln!(
-        "real:\n{}\nsimulator:\n{}",
-        sluice_sim::classes::markdown(&real),
-        sluice_sim::classes::markdown(&sim)
-    );
+    let (real, sim) = real_and_simulated(&replayed, &scenario);
     let one = 100.0 / limit as f64;
     // Every class within the limit's 5% in every window (the bursty user: 10%, as on the
     // fleet that does not change), users under their limit not refused.
