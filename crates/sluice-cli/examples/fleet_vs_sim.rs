@@ -88,7 +88,7 @@ fn main() {
     );
     for policy in policies {
         let rules = sluice_sim::rule_file(&policy, &scenario);
-        let joins_first = |i: usize| n.join_s.get(i).copied().unwrap_or(0) == 0;
+        let joins_first = |i: usize| n.join_ns(i) == 0;
         let mut fleet = fleet::Fleet::start_some(&bin, n.count, &rules, &extra, joins_first);
         // Every instance of the start knows the fleet's size before the traffic starts.
         fleet.wait_until_all_known();

@@ -135,7 +135,7 @@ async fn a_fleet_that_changes_under_load_holds_the_mix_and_agrees_with_the_simul
         nodes.count,
         &sluice_sim::rule_file("predictive", &scenario),
         "",
-        |i| nodes.join_s.get(i).copied().unwrap_or(0) == 0,
+        |i| nodes.join_ns(i) == 0,
     );
     fleet.wait_until_all_known();
     let window = Duration::from_secs(scenario.rule.window_s);

@@ -80,7 +80,7 @@ impl Fleet {
             .collect();
         for _ in 0..2 {
             for (i, engine) in engines.iter().enumerate() {
-                if s.nodes.join_s.get(i).copied().unwrap_or(0) == 0 {
+                if s.nodes.join_ns(i) == 0 {
                     ready(engine.announce());
                 }
             }
@@ -197,7 +197,7 @@ impl<'e> Timers<'e> {
         let span_ns = s.rule.window_s * NS / u64::from(s.rule.spans);
         let nodes = (0..s.nodes.count)
             .map(|i| NodeTimer {
-                next: s.nodes.join_s.get(i).copied().unwrap_or(0) * NS,
+                next: s.nodes.join_ns(i),
                 inflight: None,
                 early: None,
                 final_sent: false,

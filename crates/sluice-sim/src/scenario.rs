@@ -81,9 +81,13 @@ pub struct NodeSpec {
 impl NodeSpec {
     /// Whether node `i` takes traffic at `t_ns` after the start.
     pub fn active(&self, i: usize, t_ns: u64) -> bool {
-        let join = self.join_s.get(i).copied().unwrap_or(0).saturating_mul(NS);
         let gone = self.leave_ns(i).into_iter().chain(self.crash_ns(i)).min();
-        (join..gone.unwrap_or(u64::MAX)).contains(&t_ns)
+        (self.join_ns(i)..gone.unwrap_or(u64::MAX)).contains(&t_ns)
+    }
+
+    /// When node `i` joins (ns since the start; 0: with the start).
+    pub fn join_ns(&self, i: usize) -> u64 {
+        self.join_s.get(i).copied().unwrap_or(0).saturating_mul(NS)
     }
 
     /// When node `i` leaves (ns since the start), if it does.

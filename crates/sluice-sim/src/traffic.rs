@@ -73,7 +73,7 @@ impl Live {
     fn new(nodes: &NodeSpec) -> Self {
         let mut times: Vec<u64> = vec![0];
         for i in 0..nodes.count {
-            times.push(nodes.join_s.get(i).copied().unwrap_or(0) * NS);
+            times.push(nodes.join_ns(i));
             times.extend(nodes.leave_ns(i));
             times.extend(nodes.crash_ns(i));
         }

@@ -20,9 +20,7 @@ use sluice_testkit::{RedisServer, free_port, wait_until};
 
 /// One `sluice serve` of a fleet: its configuration, and its process while it runs.
 pub struct Instance {
-    child: Option<Child>,
-    /// Signalled to stop (its process may still be making its last flush).
-    stopped: bool,
+    process: Process,
     dir: PathBuf,
     pub http: u16,
     pub admin: u16,
@@ -30,7 +28,9 @@ pub struct Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Process::Running(mut child) | Process::Stopping(mut child) =
+            std::mem::replace(&mut self.process, Process::NotStarted)
+        {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -38,6 +38,14 @@ impl Drop for Instance {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Where an instance's `sluice serve` is.
+enum Process {
+    NotStarted,
+    Running(Child),
+    /// Signalled to stop: it may still be making its last flush (reaped when dropped).
+    Stopping(Child),
 }
 
 /// How an instance is stopped.
@@ -69,8 +77,7 @@ impl Instance {
         )
         .unwrap();
         Instance {
-            child: None,
-            stopped: false,
+            process: Process::NotStarted,
             dir,
             http,
             admin,
@@ -92,16 +99,16 @@ impl Instance {
             .stderr(log)
             .spawn()
             .expect("start sluice serve");
-        self.child = Some(child);
+        self.process = Process::Running(child);
     }
 
     /// Stops its process, if it runs. `Term` does not wait (a replay goes on while the
     /// instance makes its last flush); the process is reaped when the instance is dropped.
     pub fn signal(&mut self, signal: Signal) {
-        let Some(child) = self.child.as_mut().filter(|_| !self.stopped) else {
+        let Process::Running(mut child) = std::mem::replace(&mut self.process, Process::NotStarted)
+        else {
             return;
         };
-        self.stopped = true;
         match signal {
             Signal::Term => {
                 let _ = Command::new("kill")
@@ -113,11 +120,12 @@ impl Instance {
                 let _ = child.wait();
             }
         }
+        self.process = Process::Stopping(child);
     }
 
     /// Whether its process was started and not stopped.
     pub fn running(&self) -> bool {
-        self.child.is_some() && !self.stopped
+        matches!(self.process, Process::Running(_))
     }
 
     /// The end of its log (for a failing check).
@@ -192,8 +200,9 @@ impl Fleet {
     }
 
     /// Waits (up to 30 s) until every running instance has heard from the store that all of
-    /// them are live (`sluice_fleet_instances` on its admin listener): until then an instance shares a
-    /// limit among fewer instances than there are. Panics, with the logs, when they do not.
+    /// them are live (`sluice_fleet_instances` on its admin listener): until then an instance
+    /// shares a limit among fewer instances than there are. Panics, with the logs, when they
+    /// do not.
     pub fn wait_until_all_known(&self) {
         let n = self.instances.iter().filter(|i| i.running()).count();
         let known = |i: &Instance| {
@@ -275,7 +284,7 @@ pub fn changes(nodes: &sluice_sim::NodeSpec) -> Vec<Change> {
     let lead = JOIN_LEAD.as_nanos() as u64;
     let mut out = Vec::new();
     for node in 0..nodes.count {
-        let join_ns = nodes.join_s.get(node).copied().unwrap_or(0) * 1_000_000_000;
+        let join_ns = nodes.join_ns(node);
         if join_ns > 0 {
             out.push(Change {
                 at_ns: join_ns.saturating_sub(lead),

@@ -259,9 +259,11 @@ impl KeyState {
         // windows at 329-372 of 300 before, 296-360 after; real processes, the surge of
         // `mix/five.yaml`: windows at 321 and 323 of 300, an instance refused 7 into a
         // budget of 60 read a total of 8 and took 58 more, to within 1% in the simulator and
-        // on real processes). Not after a boundary budget split by demand: with every rate fresh, a
-        // spent one is this instance's own demand (a client pinned to it), and leaving the
-        // others' part out locked the next burst out.
+        // on real processes). So does a spent budget split evenly, wherever it was set: an
+        // even part says nothing of this instance's demand either. Not after a boundary
+        // budget split by demand: with every rate fresh, a spent one is this instance's own
+        // demand (a client pinned to it), and leaving the others' part out locked the next
+        // burst out.
         let stale_split = early
             && previous.is_some_and(|b| b.even || set_mid_span(p, b.at, now))
             && x.others.iter().any(|o| !o.unlisted());
