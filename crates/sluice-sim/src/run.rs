@@ -20,8 +20,9 @@ use crate::scenario::Scenario;
 use crate::tally::{KeyCount, Tally};
 use crate::traffic::{Arrival, Generated, generate};
 
-/// The rule file (domain `sim`, descriptor `key`) the simulator runs `policy` with: what real
-/// processes need to run the same rule.
+/// The rule file (domain `sim`, descriptor `key`, and `tenant` with the same limit when some
+/// traffic has a tenant) the simulator runs `policy` with: what real processes need to run the
+/// same rule.
 pub fn rule_file(policy: &str, s: &Scenario) -> String {
     let r = &s.rule;
     let cooldown = if r.cooldown_s > 0.0 {
@@ -47,10 +48,16 @@ pub fn rule_file(policy: &str, s: &Scenario) -> String {
         "local" | "rlqs" => (r.limit, "mode: local".to_owned()),
         _ => ((r.limit / expected).max(1), "mode: local".to_owned()),
     };
-    format!(
-        "domain: sim\ndescriptors:\n  - key: key\n    rate_limit: {{ window: {}s, requests_per_unit: {limit}, {extra} }}\n",
+    let rate_limit = format!(
+        "rate_limit: {{ window: {}s, requests_per_unit: {limit}, {extra} }}",
         r.window_s
-    )
+    );
+    let tenant = if s.has_tenants() {
+        format!("  - key: tenant\n    {rate_limit}\n")
+    } else {
+        String::new()
+    };
+    format!("domain: sim\ndescriptors:\n  - key: key\n    {rate_limit}\n{tenant}")
 }
 
 fn rules_for(policy: &str, s: &Scenario) -> sluice_config::RuleSet {
@@ -115,7 +122,10 @@ fn simulate(
     let mut tally = tally_for(s, traffic, busiest, t0);
     let window = (window_ns, policy == "predictive_sliding");
     let (mut admitted, mut false_denials) = (0u64, 0u64);
-    for (n, &Arrival { t, node, key, cost }) in traffic.arrivals.iter().enumerate() {
+    for (n, a) in traffic.arrivals.iter().enumerate() {
+        let &Arrival {
+            t, node, key, cost, ..
+        } = a;
         if n % 4096 == 4095 {
             progress(4096);
         }
@@ -123,16 +133,41 @@ fn simulate(
         fleet.set_store(t);
         fleet.set_clock(node as usize, t);
         let engine = &fleet.engines[node as usize];
-        let request = [[("key", traffic.keys[key as usize].as_str())]];
+        let user = [("key", traffic.keys[key as usize].as_str())];
+        let tenant = a
+            .tenant
+            .map(|t| [("tenant", traffic.keys[t as usize].as_str())]);
+        let request: &[[(&str, &str); 1]] = match &tenant {
+            Some(tenant) => &[user, *tenant],
+            None => &[user],
+        };
         let verdict =
-            ready(engine.check("sim", &request, u64::from(cost))).expect("the sim domain exists");
+            ready(engine.check("sim", request, u64::from(cost))).expect("the sim domain exists");
         if engine.early_sync_wanted() {
             let at = t + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64;
             timers.ask_early(node as usize, at);
         }
-        let decided = (u64::from(cost), verdict.allowed);
         admitted += u64::from(verdict.allowed);
+        // Each rule's key tallied with its own decision; the tenant's only when the user's rule
+        // admitted the request (a denial stops the counting: the tenant never saw it).
+        let by_rule = |i: usize| {
+            verdict
+                .statuses
+                .iter()
+                .find(|s| s.descriptor == i)
+                .map_or(verdict.allowed, |s| {
+                    s.outcome != sluice_engine::Outcome::Denied
+                })
+        };
+        let user_allowed = by_rule(0);
+        let decided = (u64::from(cost), user_allowed);
         false_denials += u64::from(tally.record((key, t, t0 + t), decided, window));
+        if let Some(tenant) = a.tenant
+            && user_allowed
+        {
+            let decided = (u64::from(cost), by_rule(1));
+            false_denials += u64::from(tally.record((tenant, t, t0 + t), decided, window));
+        }
     }
     progress(traffic.arrivals.len() as u64 % 4096);
     timers.advance(s.duration_s * NS);

@@ -134,6 +134,10 @@ pub enum Traffic {
         /// Key name prefix.
         #[serde(default)]
         prefix: Option<String>,
+        /// A tenant over these users: each request also carries the rule's second
+        /// descriptor, `tenant` with this value, counted against the same limit.
+        #[serde(default)]
+        tenant: Option<String>,
     },
     /// Poisson bursts: `rate` per second for `length_s` seconds every `every_s` seconds,
     /// nothing in between.
@@ -159,6 +163,10 @@ pub enum Traffic {
         /// Key name prefix.
         #[serde(default)]
         prefix: Option<String>,
+        /// A tenant over these users: each request also carries the rule's second
+        /// descriptor, `tenant` with this value, counted against the same limit.
+        #[serde(default)]
+        tenant: Option<String>,
     },
     /// One client hammering one node with one key between `start_s` and `end_s`.
     Attacker {
@@ -237,6 +245,10 @@ pub enum Traffic {
         /// Key name prefix.
         #[serde(default)]
         prefix: Option<String>,
+        /// A tenant over these users: each request also carries the rule's second
+        /// descriptor, `tenant` with this value, counted against the same limit.
+        #[serde(default)]
+        tenant: Option<String>,
     },
     /// Replays a JSON-lines file of requests, one object per line:
     /// `{"t_ms": <int>, "node": <int>, "key": "<string>", "cost": <int, optional>}`.
@@ -245,6 +257,18 @@ pub enum Traffic {
         /// The trace file.
         file: String,
     },
+}
+
+impl Traffic {
+    /// The tenant its requests also count against, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Traffic::Steady { tenant, .. }
+            | Traffic::Bursts { tenant, .. }
+            | Traffic::Churn { tenant, .. } => tenant.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 fn one() -> u64 {
@@ -446,6 +470,16 @@ impl Scenario {
         {
             return at(&p.referenced, &problem);
         }
+        let tenants = raw.traffic.value.iter().any(|t| t.value.tenant().is_some());
+        if let Some(p) = &raw.policies
+            && tenants
+            && p.value.iter().any(|x| x == "rlqs")
+        {
+            return at(
+                &p.referenced,
+                "the rlqs policy does not run `tenant` traffic (an Envoy's bucket is one descriptor); drop `tenant` or the policy",
+            );
+        }
         if let Some(r) = &raw.rlqs
             && !(0.1..=3600.0).contains(&r.value.report_interval_s)
         {
@@ -465,6 +499,12 @@ impl Scenario {
             rlqs: raw.rlqs.map(|r| r.value).unwrap_or_default(),
             traces: Vec::new(),
         })
+    }
+
+    /// Whether some requests also count against a tenant: the rule then has a second
+    /// descriptor, `tenant`.
+    pub fn has_tenants(&self) -> bool {
+        self.traffic.iter().any(|t| t.tenant().is_some())
     }
 
     /// Supplies the requests of the next `trace` generator from JSON-lines text (`file` names

@@ -54,6 +54,8 @@ pub(crate) struct Arrival {
     pub key: u32,
     /// Cost.
     pub cost: u32,
+    /// The tenant key it also counts against (an index into [`Generated::keys`]), if any.
+    pub tenant: Option<u32>,
 }
 
 /// All requests of a scenario, and what the report needs to know about them.
@@ -172,6 +174,8 @@ pub struct Request {
     pub key: String,
     /// Its cost.
     pub cost: u32,
+    /// The value of the rule's second descriptor, `tenant`, when the request carries it.
+    pub tenant: Option<String>,
 }
 
 /// The scenario's requests in time order, exactly those [`crate::run`] simulates (the same
@@ -186,6 +190,7 @@ pub fn requests(s: &Scenario) -> Vec<Request> {
             node: a.node as usize,
             key: traffic.keys[a.key as usize].clone(),
             cost: a.cost,
+            tenant: a.tenant.map(|t| traffic.keys[t as usize].clone()),
         })
         .collect()
 }
@@ -205,10 +210,12 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
         },
         out: Vec::new(),
         attacks: Vec::new(),
+        tenant: None,
     };
     let mut traces = s.traces.iter();
     for (g, traffic) in s.traffic.iter().enumerate() {
         let rng = &mut Rng::seeded(s.seed, g as u64);
+        sink.tenant = traffic.tenant().map(|t| sink.keys.intern(t));
         match traffic {
             Traffic::Steady {
                 rate,
@@ -217,6 +224,7 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 start_s,
                 end_s,
                 prefix,
+                ..
             } if *rate > 0.0 => {
                 let ids = sink.keys.range(prefix.as_deref(), *n);
                 let span = sink.window(*start_s, *end_s);
@@ -231,6 +239,7 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 start_s,
                 end_s,
                 prefix,
+                ..
             } if *rate > 0.0 => {
                 let ids = sink.keys.range(prefix.as_deref(), *n);
                 let span = sink.window(*start_s, *end_s);
@@ -255,6 +264,7 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 start_s,
                 end_s,
                 prefix,
+                ..
             } if *rate > 0.0 => {
                 let ids = sink.keys.range(prefix.as_deref(), *n);
                 let span = sink.window(*start_s, *end_s);
@@ -279,6 +289,7 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 start_s,
                 end_s,
                 prefix,
+                ..
             } if *users_per_s > 0.0 && *rate > 0.0 => {
                 let span = sink.window(*start_s, *end_s);
                 let users = (
@@ -309,6 +320,8 @@ struct Sink {
     keys: Keys,
     out: Vec<Arrival>,
     attacks: Vec<(u32, u64)>,
+    /// The tenant of the generator at work, if it has one.
+    tenant: Option<u32>,
 }
 
 /// A generator's rate (per second) and the span it runs in (`[from, to)`, ns).
@@ -321,14 +334,16 @@ impl Sink {
         (start * NS, end.map_or(duration, |e| (e * NS).min(duration)))
     }
 
-    /// A request of cost 1 at `t` to `node`, when there is one (no node is live: none).
-    fn push(out: &mut Vec<Arrival>, t: u64, node: Option<usize>, key: u32) {
+    /// A request of cost 1 at `t` to `node`, when there is one (no node is live: none), also
+    /// counted against `tenant`.
+    fn push(out: &mut Vec<Arrival>, tenant: Option<u32>, t: u64, node: Option<usize>, key: u32) {
         if let Some(node) = node {
             out.push(Arrival {
                 t,
                 node: node as u32,
                 key,
                 cost: 1,
+                tenant,
             });
         }
     }
@@ -338,7 +353,13 @@ impl Sink {
         let n = ids.len() as u64;
         poisson(rng, rate, from, to, |rng, t| {
             let node = pick(rng, self.live.at(t), weights);
-            Self::push(&mut self.out, t, node, ids[rng.below(n) as usize]);
+            Self::push(
+                &mut self.out,
+                self.tenant,
+                t,
+                node,
+                ids[rng.below(n) as usize],
+            );
         });
     }
 
@@ -369,7 +390,7 @@ impl Sink {
         let id = self.keys.intern(key);
         self.attacks.push((id, start));
         poisson(rng, rate, start, end, |_, t| {
-            Self::push(&mut self.out, t, active(t).then_some(node), id);
+            Self::push(&mut self.out, self.tenant, t, active(t).then_some(node), id);
         });
     }
 
@@ -395,7 +416,7 @@ impl Sink {
             } else {
                 pick(rng, nodes, &[])
             };
-            Self::push(&mut self.out, t, node, ids[k as usize]);
+            Self::push(&mut self.out, self.tenant, t, node, ids[k as usize]);
         });
     }
 
@@ -414,7 +435,13 @@ impl Sink {
             let rate = min_rate + (max_rate - min_rate) * (1.0 - phase.cos()) / 2.0;
             if rng.unit() * max_rate < rate {
                 let node = pick(rng, self.live.at(t), weights);
-                Self::push(&mut self.out, t, node, ids[rng.below(n) as usize]);
+                Self::push(
+                    &mut self.out,
+                    self.tenant,
+                    t,
+                    node,
+                    ids[rng.below(n) as usize],
+                );
             }
         });
     }
@@ -436,7 +463,7 @@ impl Sink {
             let stop = arrived.saturating_add(lifetime).min(self.duration);
             poisson(rng, rate, arrived, stop, |rng, t| {
                 let node = pick(rng, self.live.at(t), weights);
-                Self::push(&mut self.out, t, node, id);
+                Self::push(&mut self.out, self.tenant, t, node, id);
             });
         }
     }
@@ -452,6 +479,7 @@ impl Sink {
                     node: e.node as u32,
                     key,
                     cost: e.cost as u32,
+                    tenant: None,
                 });
             }
         }

@@ -407,6 +407,16 @@ fn bad_scenarios_get_precise_errors() {
             "bad.yaml:6:",
             "affinity <= 1",
         ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - steady: { rate: 5, tenant: '' }\n",
+            "bad.yaml:6:",
+            "tenant must be 1 to 256 characters",
+        ),
+        (
+            "duration_s: 10\nseed: 1\nrule: { limit: 5, window_s: 1 }\nnodes: { count: 2 }\ntraffic:\n  - steady: { rate: 5, tenant: acme }\npolicies: [predictive, rlqs]\n",
+            "bad.yaml:7:",
+            "the rlqs policy does not run `tenant` traffic",
+        ),
     ];
     // In `sluice check`'s words: did-you-mean, types in plain words, the place said once.
     let worded: &[(&str, &str)] = &[
@@ -515,7 +525,10 @@ fn a_surge_in_a_mix_of_users_holds_when_every_instance_spent_a_budget_split_from
     assert_eq!(surge.under_admitted, 0, "{surge:?}");
     assert!(surge.busy_min_pct >= 95.0, "{surge:?}");
     for c in classes {
-        assert!(c.over_max_pct <= 5.0, "{c:?}");
+        // The tenant's key ramps from nothing to 3x the limit over its first window as its
+        // users arrive: 8.0% over in that window (docs/ACCURACY.md, "What is not met").
+        let bound = if c.class == "tenant" { 10.0 } else { 5.0 };
+        assert!(c.over_max_pct <= bound, "{c:?}");
         assert_eq!(c.false_denials, 0, "{c:?}");
     }
 }
@@ -569,4 +582,37 @@ policies: [predictive]
     let report = run(&Scenario::parse("pinned-trickle.yaml", text).unwrap());
     let windows = &report.policies[0].busiest_key_admitted;
     assert!((285..=310).contains(&windows[3]), "{windows:?}");
+}
+
+#[test]
+fn a_tenant_over_many_users_is_held_to_its_limit_while_its_users_are_not_refused() {
+    // Thirty users far under their own limit whose requests also count against their tenant:
+    // the tenant's key is a shared key at 3x the limit, the users' keys never refused by their
+    // own rule (the tenant's rule refuses them, which is its figure, not theirs).
+    let text = "duration_s: 180\nseed: 3\nrule: { limit: 300, window_s: 60 }\nnodes: { count: 5 }\ntraffic:\n  - steady: { rate: 15, keys: 30, prefix: member, tenant: tenant-0 }\nstore: { latency_ms: { median: 0.3, p99: 0.9 } }\npolicies: [predictive, exact]\n";
+    let scenario = Scenario::parse("tenant.yaml", text).unwrap();
+    assert!(sluice_sim::rule_file("predictive", &scenario).contains("- key: tenant"));
+    let requests = sluice_sim::requests(&scenario);
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.tenant.as_deref() == Some("tenant-0"))
+    );
+    let r = run(&scenario);
+    for name in ["predictive", "exact"] {
+        let p = policy(&r, name);
+        let class = |c: &str| p.classes.iter().find(|x| x.class == c).unwrap().clone();
+        let (tenant, member) = (class("tenant"), class("member"));
+        assert_eq!(tenant.keys, 1);
+        // Every window busy (demand at 3x): the tenant gets its limit, no more.
+        assert_eq!(tenant.busy_windows, 3, "{name}: {tenant:?}");
+        assert!(
+            tenant.over_max_pct <= 1.0 && tenant.under_admitted == 0,
+            "{name}: {tenant:?}"
+        );
+        assert_eq!(member.false_denials, 0, "{name}: {member:?}");
+        // Every request reached the tenant's rule: the users' rule admitted them all.
+        assert_eq!(member.admitted, member.offered, "{name}");
+        assert_eq!(tenant.offered, member.offered, "{name}");
+    }
 }

@@ -391,8 +391,16 @@ impl Replayed {
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-/// An answer: allowed or not, its time until reset, and when it came (wall clock, ns).
-type Answer = (bool, Option<Duration>, u64);
+/// An answer: what each rule decided, its time until reset, and when it came (wall clock, ns).
+type Answer = (Decided, Option<Duration>, u64);
+
+/// What a request's rules decided: the user's (`key`), and the tenant's when the request carried
+/// one and the user's rule admitted it (a denial stops the counting: the tenant never saw it).
+#[derive(Clone, Copy, Debug)]
+struct Decided {
+    user: bool,
+    tenant: Option<bool>,
+}
 
 /// A keep-alive connection to `port`, tried for up to 3 s (an instance that has just started
 /// may not listen yet).
@@ -417,8 +425,8 @@ async fn connect(port: u16) -> Sender {
     sender
 }
 
-/// One `/json` check of `key` at cost `cost`: `Some((allowed, until_reset))`, `None` on any
-/// other answer. `until_reset` is the answer's time until the window that counted the request
+/// One `/json` check of `key` (and `tenant`, a second descriptor, when given) at cost `cost`:
+/// `Some((decided, until_reset))`, `None` on any other answer. `until_reset` is the answer's time until the window that counted the request
 /// ends (`durationUntilReset`), when it has one.
 /// A keep-alive connection the server closed while it sat in the pool (its idle timeout) fails
 /// before the request is sent: the request goes again on a new connection (it cannot have been
@@ -426,11 +434,14 @@ async fn connect(port: u16) -> Sender {
 async fn check(
     sender: &mut Sender,
     port: u16,
-    key: &str,
+    (key, tenant): (&str, Option<&str>),
     cost: u32,
-) -> Option<(bool, Option<Duration>)> {
+) -> Option<(Decided, Option<Duration>)> {
+    let tenant_descriptor = tenant.map_or(String::new(), |t| {
+        format!(r#",{{"entries":[{{"key":"tenant","value":"{t}"}}]}}"#)
+    });
     let body = format!(
-        r#"{{"domain":"sim","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}],"hitsAddend":{cost}}}"#
+        r#"{{"domain":"sim","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}{tenant_descriptor}],"hitsAddend":{cost}}}"#
     );
     let mut request = http::Request::builder()
         .method("POST")
@@ -465,14 +476,35 @@ async fn check(
         429 => false,
         _ => return None,
     };
-    let until_reset = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| {
-            let d = v["statuses"][0]["durationUntilReset"].as_str()?;
-            Duration::try_from_secs_f64(d.strip_suffix('s')?.parse().ok()?).ok()
-        });
-    Some((allowed, until_reset))
+    let v = serde_json::from_slice::<serde_json::Value>(&body).ok();
+    let until_reset = v.as_ref().and_then(|v| {
+        let d = v["statuses"][0]["durationUntilReset"].as_str()?;
+        Duration::try_from_secs_f64(d.strip_suffix('s')?.parse().ok()?).ok()
+    });
+    let decided = match tenant {
+        None => Decided {
+            user: allowed,
+            tenant: None,
+        },
+        Some(_) => {
+            let ok = |i: usize| {
+                v.as_ref()?["statuses"][i]["code"]
+                    .as_str()
+                    .map(|c| c == "OK")
+            };
+            let user = ok(0)?;
+            Decided {
+                user,
+                tenant: if user { Some(ok(1)?) } else { None },
+            }
+        }
+    };
+    Some((decided, until_reset))
 }
+
+/// A request as sent: its key and tenant, when it was sent (wall clock, ns), its answer, whether
+/// it went out late.
+type Sent = (String, Option<String>, u64, Option<Answer>, bool);
 
 /// Sends `requests` (times from the start of a window) to `ports` (request `node` goes to
 /// `ports[node]`) in real time, starting at the next window boundary of the wall clock (the
@@ -522,7 +554,7 @@ pub async fn replay_changing(
     let base_ns = clock.now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut out = Replayed::default();
-    let mut tally = |(key, sent, answer, late): (String, u64, Option<Answer>, bool)| {
+    let mut tally = |(key, tenant, sent, answer, late): Sent| {
         let window = match answer {
             // The end of the deciding window, to the nearest window boundary.
             Some((_, Some(until_reset), answered)) => {
@@ -534,8 +566,14 @@ pub async fn replay_changing(
         let count = out.counts.entry((key, window)).or_default();
         count.offered += 1;
         match answer {
-            Some((true, ..)) => count.admitted += 1,
-            Some((false, ..)) => {}
+            Some((decided, ..)) => {
+                count.admitted += u64::from(decided.user);
+                if let (Some(tenant), Some(allowed)) = (tenant, decided.tenant) {
+                    let count = out.counts.entry((tenant, window)).or_default();
+                    count.offered += 1;
+                    count.admitted += u64::from(allowed);
+                }
+            }
             None => out.failed += 1,
         }
         out.late += u64::from(late);
@@ -548,7 +586,7 @@ pub async fn replay_changing(
         }
         tokio::time::sleep_until(base + Duration::from_nanos(r.t_ns)).await;
         let (pool, port) = (pools[r.node].clone(), ports[r.node]);
-        let (key, cost, due) = (r.key.clone(), r.cost, r.t_ns);
+        let (key, tenant, cost, due) = (r.key.clone(), r.tenant.clone(), r.cost, r.t_ns);
         tasks.spawn(async move {
             let sent = SystemClock::new().now();
             let taken = pool.lock().await.pop();
@@ -556,14 +594,14 @@ pub async fn replay_changing(
                 Some(s) => s,
                 None => connect(port).await,
             };
-            let answer = check(&mut sender, port, &key, cost)
+            let answer = check(&mut sender, port, (&key, tenant.as_deref()), cost)
                 .await
-                .map(|(allowed, until_reset)| (allowed, until_reset, SystemClock::new().now()));
+                .map(|(decided, until_reset)| (decided, until_reset, SystemClock::new().now()));
             if answer.is_some() {
                 pool.lock().await.push(sender);
             }
             let late = sent.saturating_sub(base_ns) > due + 20_000_000;
-            (key, sent, answer, late)
+            (key, tenant, sent, answer, late)
         });
         while let Some(done) = tasks.try_join_next() {
             tally(done.expect("request task"));

@@ -80,6 +80,9 @@ pub(super) fn traffic_problem(t: &Traffic, n: usize, duration_s: u64) -> Option<
     };
     let rate_ok = |r: f64| (0.0..=10_000_000.0).contains(&r);
     let keys_ok = |k: u64| (1..=100_000_000).contains(&k);
+    if t.tenant().is_some_and(|x| x.is_empty() || x.len() > 256) {
+        return Some("tenant must be 1 to 256 characters");
+    }
     let (ok, problem) = match t {
         Traffic::Steady {
             rate,
