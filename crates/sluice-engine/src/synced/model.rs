@@ -6,7 +6,7 @@
 use sluice_core::Nanos;
 
 use super::params::SyncedParams;
-use super::shared::{Budget, Shared};
+use super::shared::{Budget, Other, Shared};
 use super::time::Demand;
 use crate::health::StoreHealth;
 
@@ -89,6 +89,26 @@ pub(crate) fn estimate(
     now: Nanos,
     (health, phantoms): (StoreHealth, u64),
 ) -> f64 {
+    estimate_with(
+        p,
+        key,
+        shared,
+        (window_start, now),
+        (health, phantoms),
+        None,
+    )
+}
+
+/// [`estimate`], the others whose news is older than this instance's own counted as `floor`
+/// says.
+fn estimate_with(
+    p: &SyncedParams,
+    key: &KeyView,
+    shared: Option<&Shared>,
+    (window_start, now): (Nanos, Nanos),
+    (health, phantoms): (StoreHealth, u64),
+    floor: Option<Floor>,
+) -> f64 {
     let mut others = phantoms as f64 * f64::from(key.local);
     if let Some(shared) = shared {
         for o in &shared.others {
@@ -101,12 +121,19 @@ pub(crate) fn estimate(
                 } else {
                     o.demand
                 };
-                let from = if health.answering() {
+                let mut from = if health.answering() {
                     shared.quiet_until(p, o)
                 } else {
                     o.at
                 };
-                others += demand.hits_in(now.saturating_sub(from.max(window_start)));
+                let demand = match floor.and_then(|f| f.least(p, key, o, now)) {
+                    Some((since, least)) => {
+                        from = from.min(since);
+                        demand.per_ns().max(least)
+                    }
+                    None => demand.per_ns(),
+                };
+                others += demand * now.saturating_sub(from.max(window_start)) as f64;
             }
         }
     }
@@ -187,18 +214,52 @@ pub(crate) fn share(
     now: Nanos,
     (phantoms, fleet): (u64, u64),
 ) -> f64 {
-    share_with(p, key, shared, now, (phantoms, fleet), 0)
+    share_with(p, key, shared, now, (phantoms, fleet), None)
 }
 
-/// [`share`], with the others last heard of before `stale_before` taken to demand at least
-/// what this instance does (their rates are older than its own: see [`Split::ColdStart`]).
+/// Others whose news is older than this instance's own, counted with at least a demand like
+/// its own.
+#[derive(Clone, Copy, Debug)]
+enum Floor {
+    /// At an early reply to a key's cold start ([`Split::ColdStart`]): those listed and last
+    /// heard of before `before` demand at least what this instance does.
+    Listed { before: Nanos },
+    /// At a boundary reply that may have come before the others' flushes of the boundary
+    /// ([`Split::Behind`]): the unlisted group's count is as of the boundary before,
+    /// `boundary` less a span, and it grew since as this instance did, in proportion to their
+    /// counts then, at most as its `instances` would each growing as this one did.
+    Group { boundary: Nanos, instances: u64 },
+}
+
+impl Floor {
+    /// For `o`, when this floor counts it: from when its count is extrapolated, and the least
+    /// demand it is taken to have.
+    fn least(self, p: &SyncedParams, key: &KeyView, o: &Other, now: Nanos) -> Option<(Nanos, f64)> {
+        let own = key.demand.per_ns();
+        match self {
+            Floor::Listed { before } if !o.unlisted() && o.at < before => Some((o.at, own)),
+            Floor::Group {
+                boundary,
+                instances,
+            } if o.unlisted() => {
+                let then = boundary.saturating_sub(p.span_ns);
+                let own_then = f64::from(key.local) - key.demand.hits_in(now.saturating_sub(then));
+                let ratio = (f64::from(o.count) / own_then.max(1.0)).min(instances as f64);
+                Some((then, own * ratio))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// [`share`], the others counted as `floor` says.
 fn share_with(
     p: &SyncedParams,
     key: &KeyView,
     shared: &Shared,
     now: Nanos,
     (phantoms, fleet): (u64, u64),
-    stale_before: Nanos,
+    floor: Option<Floor>,
 ) -> f64 {
     let known = |d: super::time::Demand| (!d.is_none()).then(|| d.per_ns());
     let own_known = known(key.demand);
@@ -210,9 +271,12 @@ fn share_with(
     let stale = (shared.others.len() as u64 - live).min(fleet.saturating_sub(1 + phantoms + live));
     let others: Vec<Option<f64>> = shared
         .live_others(p, now)
-        .map(|o| match (known(o.demand), own_known) {
-            (Some(rate), Some(own)) if o.at < stale_before && !o.unlisted() => Some(rate.max(own)),
-            (rate, _) => rate,
+        .map(|o| match (known(o.demand), own_known, floor) {
+            (Some(rate), Some(_), Some(f)) => Some(
+                f.least(p, key, o, now)
+                    .map_or(rate, |(_, least)| rate.max(least)),
+            ),
+            (rate, ..) => rate,
         })
         .chain((0..stale).map(|_| None))
         .collect();
@@ -254,6 +318,15 @@ pub(crate) enum Split {
     /// on every instance at once, had them at a trickle's while each held its part of the
     /// room).
     ColdStart,
+    /// By demand at a span boundary's reply that may have come before the others' flushes of
+    /// the same boundary, the others partly shown as the unlisted group (instances that only
+    /// add their count: a key far below its limit, as its instances last judged). The group's
+    /// count is then a span old, and its demand the average of the window so far: it counts
+    /// from the boundary before, growing at least as this instance did ([`Floor::Group`]).
+    /// Taken as current, a tenant's key whose users arrive over a window (`mix/five.yaml`)
+    /// had the first replies of a boundary take budgets from a room twice the size left (a
+    /// window at 324 of 300).
+    Behind,
 }
 
 /// This instance's budget until its next flush reply: its share of the room the estimate
@@ -267,15 +340,25 @@ pub(crate) fn budget(
     (phantoms, fleet): (u64, u64),
     split: Split,
 ) -> Budget {
+    let floor = match split {
+        Split::ColdStart => Some(Floor::Listed {
+            before: now.saturating_sub(p.settle_margin()),
+        }),
+        Split::Behind => Some(Floor::Group {
+            boundary: p.span_of(now).saturating_mul(p.span_ns),
+            instances: {
+                let listed = shared.live_others(p, now).filter(|o| !o.unlisted()).count() as u64;
+                fleet.saturating_sub(1 + phantoms + listed).max(1)
+            },
+        }),
+        Split::ByDemand | Split::Even => None,
+    };
+    let answering = (StoreHealth::Answering, phantoms);
     let counted = match split {
-        Split::ByDemand | Split::ColdStart => estimate(
-            p,
-            key,
-            Some(shared),
-            window_start,
-            now,
-            (StoreHealth::Answering, phantoms),
-        ),
+        Split::ByDemand | Split::ColdStart => {
+            estimate(p, key, Some(shared), window_start, now, answering)
+        }
+        Split::Behind => estimate_with(p, key, Some(shared), (window_start, now), answering, floor),
         Split::Even => read_count(p, key, shared, window_start, now, phantoms),
     };
     let room = (p.limit as f64 - counted).max(0.0);
@@ -290,9 +373,8 @@ pub(crate) fn budget(
     let even = split == Split::Even || far_below(p, key, shared, window_start, now, phantoms);
     let share = if even {
         even_share(p, shared, now, (phantoms, fleet))
-    } else if split == Split::ColdStart {
-        let stale_before = now.saturating_sub(p.settle_margin());
-        share_with(p, key, shared, now, (phantoms, fleet), stale_before)
+    } else if floor.is_some() {
+        share_with(p, key, shared, now, (phantoms, fleet), floor)
     } else {
         share(p, key, shared, now, (phantoms, fleet))
     };

@@ -235,6 +235,8 @@ impl KeyState {
         let previous = x.budget();
         let split = if early && cold_start {
             model::Split::ColdStart
+        } else if !early && group_behind {
+            model::Split::Behind
         } else {
             model::Split::ByDemand
         };
