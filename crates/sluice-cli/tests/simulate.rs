@@ -119,5 +119,20 @@ fn policies_on_the_command_line_replace_the_scenarios() {
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("unknown policy `rlq`"), "{stderr}");
+    // A scenario whose requests carry a tenant cannot run as Envoys' buckets.
+    let tenants = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("simulate")
+        .arg(root.join("examples/scenarios/mix/short.yaml"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--policies", "rlqs"])
+        .output()
+        .unwrap();
+    assert!(!tenants.status.success());
+    let stderr = String::from_utf8_lossy(&tenants.stderr);
+    assert!(
+        stderr.contains("short.yaml: the rlqs policy does not run `tenant` traffic"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }
