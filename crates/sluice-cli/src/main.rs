@@ -243,11 +243,8 @@ fn simulate(
             sluice_config::suggestion(bad, &sluice_sim::ALL_POLICIES)
         );
     }
-    if scenario.has_tenants() && policies.iter().any(|p| p == "rlqs") {
-        anyhow::bail!(
-            "{}: the rlqs policy does not run `tenant` traffic (an Envoy's bucket is one descriptor); drop `rlqs` from --policies",
-            file.display()
-        );
+    if let Some(problem) = scenario.policies_problem(&policies) {
+        anyhow::bail!("{}: {problem} (--policies)", file.display());
     }
     if !policies.is_empty() {
         scenario.policies = Some(policies);

@@ -7,7 +7,9 @@ use serde_saphyr::Spanned;
 
 mod checks;
 
-use checks::{nodes_problem, policies_problem, rule_problem, traffic_problem};
+use checks::{
+    nodes_problem, policies_problem, rule_problem, tenant_policies_problem, traffic_problem,
+};
 
 /// A simulation: one rule, some nodes, traffic, store behaviour.
 #[derive(Clone, Debug)]
@@ -472,13 +474,9 @@ impl Scenario {
         }
         let tenants = raw.traffic.value.iter().any(|t| t.value.tenant().is_some());
         if let Some(p) = &raw.policies
-            && tenants
-            && p.value.iter().any(|x| x == "rlqs")
+            && let Some(problem) = tenant_policies_problem(tenants, &p.value)
         {
-            return at(
-                &p.referenced,
-                "the rlqs policy does not run `tenant` traffic (an Envoy's bucket is one descriptor); drop `tenant` or the policy",
-            );
+            return at(&p.referenced, problem);
         }
         if let Some(r) = &raw.rlqs
             && !(0.1..=3600.0).contains(&r.value.report_interval_s)
@@ -505,6 +503,12 @@ impl Scenario {
     /// descriptor, `tenant`.
     pub fn has_tenants(&self) -> bool {
         self.traffic.iter().any(|t| t.tenant().is_some())
+    }
+
+    /// Why `policies` cannot run this scenario, if they cannot (policies named on a command
+    /// line, checked as the file's are).
+    pub fn policies_problem(&self, policies: &[String]) -> Option<&'static str> {
+        tenant_policies_problem(self.has_tenants(), policies)
     }
 
     /// Supplies the requests of the next `trace` generator from JSON-lines text (`file` names

@@ -12,6 +12,14 @@ pub(super) fn policies_problem(policies: &[String]) -> Option<String> {
     ))
 }
 
+/// Why `policies` cannot run traffic with tenants (`tenants`), if they cannot: the `rlqs`
+/// policy's Envoys put a request in one bucket, of one descriptor.
+pub(crate) fn tenant_policies_problem(tenants: bool, policies: &[String]) -> Option<&'static str> {
+    (tenants && policies.iter().any(|x| x == "rlqs")).then_some(
+        "the rlqs policy does not run `tenant` traffic (an Envoy's bucket is one descriptor); run it without `rlqs`",
+    )
+}
+
 /// What is wrong with a scenario's `rule`, if anything.
 pub(super) fn rule_problem(rule: &RuleSpec) -> Option<&'static str> {
     if rule.limit == 0 || rule.window_s == 0 {
