@@ -56,5 +56,6 @@ pub use observe::telemetry::{
     describe_metrics,
 };
 pub use options::EngineOptions;
+pub use synced::READ_AHEAD_MARGIN;
 pub use synced::{FLEET_PART_FLOOR, SMALL_LIMIT_SHARES};
 pub use verdict::{KeyInfo, Outcome, Reason, RuleStatus, Verdict};

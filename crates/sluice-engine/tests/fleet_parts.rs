@@ -53,6 +53,18 @@ async fn drive(
             assert_eq!(recorded, usize::from(*n > 0));
         }
         fleet.flush_due().await;
+        // The early syncs the replies asked for, when the flush loop sends them.
+        for i in &fleet.instances {
+            if i.engine.early_sync_wanted() {
+                let at = i
+                    .engine
+                    .early_sync_not_before()
+                    .max(*t + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64);
+                store_clock.set(at);
+                fleet.set_time(at);
+                i.engine.flush_early().await;
+            }
+        }
         *t += SECOND;
     }
 }

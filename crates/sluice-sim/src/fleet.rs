@@ -5,7 +5,10 @@
 //!
 //! Nothing waits on a runtime: the futures are polled here. A flush that the store has not
 //! answered yet (latency) stays in flight while the node keeps deciding requests, and is polled
-//! every [`POLL_NS`] of simulated time until it completes.
+//! at the moments its round trip moves on: when it reaches the store (half its latency) and
+//! when the answer is back (all of it). Polled on a coarser timer, every flight of a round
+//! landed at the same poll in node order: replies under a few milliseconds all looked alike,
+//! and a reply that comes before the others' flushes of a boundary never did.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,8 +26,9 @@ use crate::scenario::{Latency, Scenario};
 use crate::traffic::Rng;
 
 pub(crate) const NS: u64 = 1_000_000_000;
-/// How often an in-flight flush is polled, simulated nanoseconds.
-const POLL_NS: u64 = 5_000_000;
+/// How soon a leaving node whose last flush has been answered takes itself off the fleet's
+/// list, simulated nanoseconds.
+const LEAVE_NS: u64 = 1_000_000;
 
 fn poll_once<F: Future + ?Sized>(f: Pin<&mut F>) -> Poll<F::Output> {
     f.poll(&mut Context::from_waker(Waker::noop()))
@@ -116,6 +120,12 @@ impl Fleet {
     }
 }
 
+/// Half of a round trip rounded up, at least a nanosecond: the store's side of a call waits
+/// half its latency out and the rest back.
+fn half(latency: Duration) -> u64 {
+    (latency.as_nanos() as u64).div_ceil(2).max(1)
+}
+
 type Flight<'e> = Pin<Box<dyn Future<Output = FlushReport> + 'e>>;
 
 /// A simulated node's timer state.
@@ -123,6 +133,9 @@ struct NodeTimer<'e> {
     /// Next time its timer fires, ns since the start (true time).
     next: u64,
     inflight: Option<Flight<'e>>,
+    /// Half the round trip of the flight in flight: it reaches the store after one step and
+    /// its answer is back after two (later calls of the same flight take no time).
+    step: u64,
     /// When its early sync goes (keys asked for one), ns since the start.
     early: Option<u64>,
     final_sent: bool,
@@ -199,6 +212,7 @@ impl<'e> Timers<'e> {
             .map(|i| NodeTimer {
                 next: s.nodes.join_ns(i),
                 inflight: None,
+                step: 1,
                 early: None,
                 final_sent: false,
                 gone: false,
@@ -217,10 +231,24 @@ impl<'e> Timers<'e> {
         }
     }
 
-    /// Node `i` was asked for an early sync that leaves at `at`.
-    pub(crate) fn ask_early(&mut self, i: usize, at: u64) {
+    /// Node `i` was asked for an early sync at `x`: it leaves [`EARLY_SYNC_DELAY`] later, or
+    /// once the engine's clock reads `early_sync_not_before` (`run_flush_loop` waits for
+    /// both), unless one asked before leaves sooner.
+    pub(crate) fn ask_early(&mut self, i: usize, x: u64) {
+        let at = self.early_at(i, x);
         let node = &mut self.nodes[i];
         node.early = Some(node.early.map_or(at, |e| e.min(at)));
+    }
+
+    /// When an early sync node `i` is asked for at `x` leaves, in true time.
+    fn early_at(&self, i: usize, x: u64) -> u64 {
+        let fleet = self.fleet;
+        let not_before = fleet.engines[i]
+            .early_sync_not_before()
+            .saturating_add_signed(-fleet.shift(i))
+            .saturating_sub(fleet.t0);
+        let delay = EARLY_SYNC_DELAY.as_nanos() as u64;
+        (x + delay).max(not_before)
     }
 
     /// Fires every node timer due up to `until`, in time order.
@@ -264,15 +292,17 @@ impl<'e> Timers<'e> {
         let node = &mut self.nodes[i];
         node.poll_inflight();
         if node.inflight.is_some() {
-            node.early = Some(x + POLL_NS);
+            node.early = Some(x + node.step);
             return;
         }
         node.early = None;
-        fleet.store.set_clock_latency(self.latency.sample());
+        let latency = self.latency.sample();
+        fleet.store.set_clock_latency(latency);
         let mut fut: Flight<'e> = Box::pin(fleet.engines[i].flush_early());
         if poll_once(fut.as_mut()).is_pending() {
             node.inflight = Some(fut);
-            node.next = node.next.min(x + POLL_NS);
+            node.step = half(latency);
+            node.next = node.next.min(x + node.step);
         }
         fleet.store.set_clock_latency(Duration::ZERO);
     }
@@ -300,9 +330,11 @@ impl<'e> Timers<'e> {
             } else {
                 Box::pin(fleet.engines[i].flush_due())
             };
-            fleet.store.set_clock_latency(self.latency.sample());
+            let latency = self.latency.sample();
+            fleet.store.set_clock_latency(latency);
             if poll_once(fut.as_mut()).is_pending() {
                 node.inflight = Some(fut);
+                node.step = half(latency);
             }
             fleet.store.set_clock_latency(Duration::ZERO);
         }
@@ -332,17 +364,14 @@ impl<'e> Timers<'e> {
     fn schedule(&mut self, i: usize, x: u64, leaving: bool) {
         let (fleet, tick_ns) = (self.fleet, self.tick_ns);
         let (engine, t0) = (&fleet.engines[i], fleet.t0);
-        let node = &mut self.nodes[i];
-        if node.early.is_none() && engine.early_sync_wanted() {
-            let not_before = engine
-                .early_sync_not_before()
-                .saturating_add_signed(-fleet.shift(i))
-                .saturating_sub(t0);
-            let delay = EARLY_SYNC_DELAY.as_nanos() as u64;
-            node.early = Some((x + delay).max(not_before));
+        if self.nodes[i].early.is_none() && engine.early_sync_wanted() {
+            self.nodes[i].early = Some(self.early_at(i, x));
         }
-        node.next = if node.inflight.is_some() || (leaving && !node.gone) {
-            x + POLL_NS
+        let node = &mut self.nodes[i];
+        node.next = if node.inflight.is_some() {
+            x + node.step
+        } else if leaving && !node.gone {
+            x + LEAVE_NS
         } else {
             // The node's next tick on its engine's clock, in true time, as `run_flush_loop`
             // ticks.

@@ -144,8 +144,7 @@ fn simulate(
         let verdict =
             ready(engine.check("sim", request, u64::from(cost))).expect("the sim domain exists");
         if engine.early_sync_wanted() {
-            let at = t + sluice_engine::EARLY_SYNC_DELAY.as_nanos() as u64;
-            timers.ask_early(node as usize, at);
+            timers.ask_early(node as usize, t);
         }
         admitted += u64::from(verdict.allowed);
         // Each rule's key tallied with its own decision; the tenant's only when the user's rule

@@ -51,9 +51,9 @@ impl SyncedParams {
         (super::READ_AHEAD_MARGIN.as_nanos() as u64).min(self.span_ns / 20)
     }
 
-    /// How long after a span boundary a read settles a key (see `KeyState::settles`): a
-    /// quarter span, ample for every instance's flush of the boundary to land, chunked
-    /// flushes of many keys included (a flush loop slower than that is behind anyway).
+    /// How long after a span boundary every instance's flush of the boundary has landed, chunked
+    /// flushes of many keys included (a flush loop slower than that is behind anyway): a
+    /// quarter span. What a budget set this long after a boundary read was complete.
     pub(crate) fn settle_margin(&self) -> Nanos {
         self.span_ns / 4
     }

@@ -284,16 +284,7 @@ impl KeyState {
         let short = f64::from(budget.amount) < self.demand.hits_in(span_left);
         let mut read_again = false;
         if !early && (capped > 0 || (listed_behind && short)) {
-            if p.span_of(now) as u16 != self.span {
-                // No check in this span yet: the early sync asked in the last one is
-                // not this span's. The span starts here (a check must not start it again
-                // and ask a second time).
-                self.span = p.span_of(now) as u16;
-                self.flags.insert(KeyFlags::SPAN_SET);
-                self.span_count = 0;
-                self.activity.new_span();
-            }
-            read_again = self.activity.ask_early();
+            read_again = self.ask_early_in_span(p, now);
         }
         if !early && (listed_behind || group_behind) && !read_again {
             // No early sync reads the others' flushes of this boundary after this reply: the
@@ -302,6 +293,20 @@ impl KeyState {
             budget.read = Read::BeforeOthers;
         }
         x.set_budget(budget);
+    }
+
+    /// Asks for an early sync in `now`'s span (at a reply, after which it reads again once
+    /// the boundary's flushes have landed): whether this call asked. With no check in this
+    /// span yet, the early sync asked in the last one is not this span's: the span starts
+    /// here (a check must not start it again and ask a second time).
+    fn ask_early_in_span(&mut self, p: &SyncedParams, now: Nanos) -> bool {
+        if p.span_of(now) as u16 != self.span {
+            self.span = p.span_of(now) as u16;
+            self.flags.insert(KeyFlags::SPAN_SET);
+            self.span_count = 0;
+            self.activity.new_span();
+        }
+        self.activity.ask_early()
     }
 
     /// What a budget set at this reply leaves out of the room it read, when the reply may
@@ -349,11 +354,14 @@ impl KeyState {
 
     /// Whether a reply with entries settles whether the key is shared. With a fleet of
     /// several instances: once the reply lists all of them, or at the second reply to a
-    /// span-boundary flush in the same window (by then every instance that counted the key in
-    /// the window before the last boundary has flushed it), or, once one such reply came, at
-    /// the reply to a read sent late enough in its span for every flush of the span's
-    /// boundary to have landed ([`SyncedParams::settle_margin`]). With no fleet known:
-    /// once a reply shows another instance, or at the second reply.
+    /// span-boundary flush in the same window when it shows another instance (by then every
+    /// instance that counted the key in the window before the last boundary has flushed it),
+    /// or, once one such reply came, at the reply to a read sent late enough in its span for
+    /// every flush of the span's boundary to have landed ([`SyncedParams::read_ahead_margin`]).
+    /// A second boundary reply that shows nobody else asks for that read instead: the
+    /// instances that first counted the key since the last boundary flush it at this one,
+    /// maybe after this reply. With no fleet known: once a reply shows another instance, or
+    /// at the second reply.
     ///
     /// A reply to the flush at the window's own start does not count towards the two: nobody
     /// had counted in the new window before it, and the others' counts of the window before
@@ -385,13 +393,22 @@ impl KeyState {
             let span_start = p.span_of(sent).saturating_mul(p.span_ns);
             return p.shareable(parties)
                 && self.flags.sharing().boundary_replied()
-                && sent >= span_start + p.settle_margin();
+                && sent >= span_start + p.read_ahead_margin();
         }
         if p.span_of(now) == p.span_of(window_start) {
             return false;
         }
         let (phase, second) = self.flags.sharing().boundary_reply();
         self.flags.set_sharing(phase);
+        if second && !others_seen && p.shareable(parties) {
+            // Alone in this reply, which may have come before the flushes of this boundary of
+            // instances that first counted the key since the last one: settled as its own, the
+            // key would have no budget for the span, and a burst on every instance would take
+            // the whole room here (`fleet_changes.rs`: 332 of 300). The read after the
+            // boundary's flushes settles it.
+            self.ask_early_in_span(p, now);
+            return false;
+        }
         second
     }
 }

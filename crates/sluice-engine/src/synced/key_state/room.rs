@@ -15,8 +15,8 @@ impl KeyState {
     /// When a read of the store is worth it before refusing `cost` more: when only what this
     /// instance assumes of the others leaves no room. That is the instances not listed yet
     /// (taken to count what this one does, while they may not count the key at all: a client
-    /// pinned here; a read settles them only a quarter span after the boundary, once its
-    /// flushes have landed), or, when it has not heard of the key for a span, the others'
+    /// pinned here; a read settles them once the boundary's flushes have landed,
+    /// [`SyncedParams::read_ahead_margin`] after it), or, when it has not heard of the key for a span, the others'
     /// demand since (an instance whose demand fell sends nothing to say so: a client quiet
     /// between bursts; not for a spent budget, which a burst on every instance spends at once:
     /// read again, each would take a new budget from a room the others' bursts already
@@ -47,7 +47,7 @@ impl KeyState {
             (store.health, 0),
         );
         (phantoms > 0 && fits(without_unlisted))
-            .then(|| now.max(p.span_of(now).saturating_mul(p.span_ns) + p.settle_margin()))
+            .then(|| now.max(p.span_of(now).saturating_mul(p.span_ns) + p.read_ahead_margin()))
     }
 
     /// The window's count as this instance read it: its own, and the others' as their
