@@ -138,6 +138,20 @@ where
         cell.transition(|state| algorithm.check(state, now, cost))
     }
 
+    /// Checks `cost` units for `key` now if the key is tracked; `None` (nothing checked, nothing
+    /// stored) if it is not. One lookup for a caller that admits new keys itself (a bounded
+    /// key set): a tracked key, the usual case, is decided without a second one.
+    #[inline]
+    pub fn check_tracked<Q>(&self, key: &Q, cost: u64) -> Option<Decision>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        let now = self.clock.now();
+        let guard = self.map.guard();
+        let cell = self.map.get(key, &guard)?;
+        Some(cell.transition(|state| self.algorithm.check(state, now, cost)))
+    }
+
     /// Gives back `amount` units to `key` (see [`Algorithm::refill`]); an untracked key already
     /// has its whole quota. Returns whether the key was tracked.
     pub fn refill_at<Q>(&self, key: &Q, now: Nanos, amount: u64) -> bool
@@ -260,6 +274,27 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         assert_eq!(limiter.evict_idle(clock.now()), 2);
         assert!(limiter.is_empty());
+    }
+
+    #[test]
+    fn a_check_of_tracked_keys_only_decides_nothing_for_an_untracked_one() {
+        let rate = Rate::new(2, Duration::from_secs(1)).unwrap();
+        let limiter: KeyedLimiter<String, _, _> =
+            KeyedLimiter::with_clock(FixedWindow::new(rate), ManualClock::new(0));
+        assert!(limiter.check_tracked("a", 1).is_none());
+        assert!(limiter.is_empty());
+        assert!(limiter.check("a", 1).is_allowed());
+        assert!(
+            limiter
+                .check_tracked("a", 1)
+                .is_some_and(|d| d.is_allowed())
+        );
+        assert!(
+            limiter
+                .check_tracked("a", 1)
+                .is_some_and(|d| !d.is_allowed())
+        );
+        assert_eq!(limiter.len(), 1);
     }
 
     #[test]

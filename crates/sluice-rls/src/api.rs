@@ -174,7 +174,11 @@ impl ApiState {
             }
             let shape = self.adhoc.limiter(limit)?;
             let key = adhoc_key(&request.user, &request.item);
-            // An amount that can never fit is answered without keeping the key.
+            if let Some(decision) = shape.limiter().check_tracked(key.as_str(), amount) {
+                return Ok(from_decision(decision));
+            }
+            // A new key: admitted within the key budget, then checked. An amount that can never
+            // fit is answered without keeping the key.
             if amount <= shape.limiter().algorithm().capacity() {
                 let max_keys = self.options.load().adhoc_max_keys;
                 self.adhoc.admit_key(&shape, &key, max_keys);
