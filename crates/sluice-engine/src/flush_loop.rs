@@ -99,8 +99,11 @@ pub async fn run_flush_loop(
         engine.flush_due().await;
         after_flush();
         flushed = tick;
+        // An early sync folded into this tick leaves now, unless the tick's replies asked keys
+        // to read again once the others' flushes of this boundary have landed: then the loop
+        // waits for that (`early_delay`), or their read would come before those flushes.
         if let Some(leaves) = folded.take()
-            && engine.now() >= leaves
+            && engine.now() >= leaves.max(engine.early_sync_not_before())
             && engine.early_sync_wanted()
         {
             engine.flush_early().await;

@@ -242,13 +242,17 @@ impl<'e> Timers<'e> {
 
     /// When an early sync node `i` is asked for at `x` leaves, in true time.
     fn early_at(&self, i: usize, x: u64) -> u64 {
+        let delay = EARLY_SYNC_DELAY.as_nanos() as u64;
+        (x + delay).max(self.not_before(i))
+    }
+
+    /// Node `i`'s `early_sync_not_before`, in true time.
+    fn not_before(&self, i: usize) -> u64 {
         let fleet = self.fleet;
-        let not_before = fleet.engines[i]
+        fleet.engines[i]
             .early_sync_not_before()
             .saturating_add_signed(-fleet.shift(i))
-            .saturating_sub(fleet.t0);
-        let delay = EARLY_SYNC_DELAY.as_nanos() as u64;
-        (x + delay).max(not_before)
+            .saturating_sub(fleet.t0)
     }
 
     /// Fires every node timer due up to `until`, in time order.
@@ -286,13 +290,21 @@ impl<'e> Timers<'e> {
         }
     }
 
-    /// Node `i`'s early sync at `x`, as `run_flush_loop` sends it: after the flush in flight.
+    /// Node `i`'s early sync at `x`, as `run_flush_loop` sends it: after the flush in flight,
+    /// and not before the time that flush's replies asked for (keys that read again once the
+    /// others' flushes of the boundary have landed).
     fn early_sync(&mut self, i: usize, x: u64) {
         let fleet = self.fleet;
         let node = &mut self.nodes[i];
         node.poll_inflight();
         if node.inflight.is_some() {
             node.early = Some(x + node.step);
+            return;
+        }
+        let not_before = self.not_before(i);
+        let node = &mut self.nodes[i];
+        if not_before > x {
+            node.early = Some(not_before);
             return;
         }
         node.early = None;

@@ -24,11 +24,12 @@ bitflags::bitflags! {
 }
 
 /// Where a key is in learning whether it is shared. Whether the key is shared is settled once
-/// a reply shows another instance (its entry, or counts no entry accounts for), or two
-/// replies to span-boundary flushes with entries show this instance alone. One reply cannot
-/// tell: instances that flush at the same span boundary right after this one are not in it
-/// yet, so until then the key keeps exchanging entries (alone, it would send only its count
-/// and learn of the others as one unlisted group, from a total a span old).
+/// a reply shows another instance (its entry, or counts no entry accounts for) after a reply
+/// to a span-boundary flush, or a boundary reply and a read sent once the boundary's flushes
+/// have landed show this instance alone. One reply cannot tell: instances that flush at the
+/// same span boundary right after this one are not in it yet, so until then the key keeps
+/// exchanging entries (alone, it would send only its count and learn of the others as one
+/// unlisted group, from a total a span old).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Sharing {
     /// No reply with entries yet: the key's cold start.
@@ -67,7 +68,8 @@ impl Sharing {
     }
 
     /// A reply to a span-boundary flush (not the window's first span's): the next phase, and
-    /// whether it is the second in the window (the key settles then).
+    /// whether it is the second in the window (the key settles then, if it shows another
+    /// instance: see `KeyState::settles`).
     pub(crate) fn boundary_reply(self) -> (Self, bool) {
         match self {
             Self::Cold | Self::Unsettled => (Self::OneBoundaryReply, false),

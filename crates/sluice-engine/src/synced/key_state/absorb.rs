@@ -180,10 +180,10 @@ impl KeyState {
             // shared, the key would now count as this instance's alone and take the
             // whole room at the next burst (87 of a burst whose room was 59 an instance,
             // the mix of users). It is settled again as a new key is: the instances not
-            // listed count as this one does until two boundary replies, or a read a
-            // quarter span after a boundary, show nobody else counts it.
-            // An early read that finds them so keeps the window's boundary reply: sent a
-            // quarter span after a boundary, it is itself such a read and settles the key
+            // listed count as this one does until a boundary reply and a read after a
+            // boundary's flushes have landed show nobody else counts it.
+            // An early read that finds them so keeps the window's boundary reply: sent once
+            // a boundary's flushes have landed, it is itself such a read and settles the key
             // below. Unsettled by it, a key refused on the phantoms (a client pinned here,
             // a trickle elsewhere that stopped) had nothing to flush at the next boundaries
             // and no reply to settle it there: locked out for most of the window (82 of 300).
@@ -398,9 +398,10 @@ impl KeyState {
         if p.span_of(now) == p.span_of(window_start) {
             return false;
         }
-        let (phase, second) = self.flags.sharing().boundary_reply();
+        let before = self.flags.sharing();
+        let (phase, second) = before.boundary_reply();
         self.flags.set_sharing(phase);
-        if second && !others_seen && p.shareable(parties) {
+        if second && !before.settled() && !others_seen && p.shareable(parties) {
             // Alone in this reply, which may have come before the flushes of this boundary of
             // instances that first counted the key since the last one: settled as its own, the
             // key would have no budget for the span, and a burst on every instance would take

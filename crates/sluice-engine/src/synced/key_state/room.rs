@@ -16,11 +16,11 @@ impl KeyState {
     /// instance assumes of the others leaves no room. That is the instances not listed yet
     /// (taken to count what this one does, while they may not count the key at all: a client
     /// pinned here; a read settles them once the boundary's flushes have landed,
-    /// [`SyncedParams::read_ahead_margin`] after it), or, when it has not heard of the key for a span, the others'
-    /// demand since (an instance whose demand fell sends nothing to say so: a client quiet
-    /// between bursts; not for a spent budget, which a burst on every instance spends at once:
-    /// read again, each would take a new budget from a room the others' bursts already
-    /// fill). Not for a limit too small to share among the fleet: each instance's cold share
+    /// [`SyncedParams::read_ahead_margin`] after it), or, when it has not heard of the key for
+    /// a span, the others' demand since (an instance whose demand fell sends nothing to say
+    /// so: a client quiet between bursts; not for a spent budget, which a burst on every
+    /// instance spends at once: read again, each would take a new budget from a room the
+    /// others' bursts already fill). Not for a limit too small to share among the fleet: each instance's cold share
     /// is a large part of it.
     fn worth_a_read(
         &self,
