@@ -142,8 +142,8 @@ pub(crate) struct SyncedRule {
 /// costs at most this many names (the span's flush takes the rest).
 const EARLY_QUEUE_MAX: usize = 16_384;
 
-/// How long after a span boundary a key that read ahead of the others' flushes reads again
-/// (see [`SyncedRule::read_ahead_at`]).
+/// How long after a span boundary a key that read ahead of the others' flushes reads again, and
+/// a read settles whether a key is shared (at most a twentieth of a span; `read_ahead_at`).
 pub const READ_AHEAD_MARGIN: std::time::Duration = std::time::Duration::from_millis(25);
 
 fn map<V>(capacity: usize) -> HashMap<EcoString, V, FastHasher> {

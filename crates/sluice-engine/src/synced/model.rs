@@ -80,7 +80,7 @@ pub(crate) fn phantoms(
 /// Predictive estimate of the global count in the key's window at `now`; `phantoms`
 /// instances nobody listed yet are taken to have counted what this one has, and another
 /// instance whose demand is not known yet (its entry was written after a single hit) to
-/// demand what this one does, as [`share`] takes it.
+/// demand what this one does, as [`share_with`] takes it.
 pub(crate) fn estimate(
     p: &SyncedParams,
     key: &KeyView,
@@ -202,21 +202,6 @@ pub(crate) fn far_below(
     grown < p.limit as f64 / 2.0
 }
 
-/// This instance's share of the key's demand: its demand over all live instances' (and the
-/// stale ones' the fleet has room for), the phantoms' taken as its own. A demand not known
-/// yet (a single hit so far) is taken to be like the others': this instance's for another
-/// instance, the average of the known ones for this instance (an even split when none is
-/// known), so that nobody takes the whole room, or none of it, for want of a rate.
-pub(crate) fn share(
-    p: &SyncedParams,
-    key: &KeyView,
-    shared: &Shared,
-    now: Nanos,
-    (phantoms, fleet): (u64, u64),
-) -> f64 {
-    share_with(p, key, shared, now, (phantoms, fleet), None)
-}
-
 /// Others whose news is older than this instance's own, counted with at least a demand like
 /// its own.
 #[derive(Clone, Copy, Debug)]
@@ -252,7 +237,12 @@ impl Floor {
     }
 }
 
-/// [`share`], the others counted as `floor` says.
+/// This instance's share of the key's demand: its demand over all live instances' (and the
+/// stale ones' the fleet has room for), the phantoms' taken as its own, the others counted as
+/// `floor` says. A demand not known yet (a single hit so far) is taken to be like the others':
+/// this instance's for another instance, the average of the known ones for this instance (an
+/// even split when none is known), so that nobody takes the whole room, or none of it, for
+/// want of a rate.
 fn share_with(
     p: &SyncedParams,
     key: &KeyView,
@@ -318,7 +308,7 @@ fn ramping(key: &KeyView, window_start: Nanos, now: Nanos) -> bool {
 /// How a budget splits the room among the instances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Split {
-    /// By demand ([`share`]): at a flush reply, when the rates are as fresh as they get.
+    /// By demand ([`share_with`]): at a flush reply, when the rates are as fresh as they get.
     ByDemand,
     /// Evenly over the fleet: a key quiet at the last boundary (no reply in this span) whose
     /// first request of the span sets the budget. Every rate it holds, its own and the
@@ -393,10 +383,8 @@ pub(crate) fn budget(
     let even = split == Split::Even || far_below(p, key, shared, window_start, now, phantoms);
     let share = if even {
         even_share(p, shared, now, (phantoms, fleet))
-    } else if floor.is_some() {
-        share_with(p, key, shared, now, (phantoms, fleet), floor)
     } else {
-        share(p, key, shared, now, (phantoms, fleet))
+        share_with(p, key, shared, now, (phantoms, fleet), floor)
     };
     Budget {
         // `room` is at most the limit, a 32-bit count (the cast saturates anyway).

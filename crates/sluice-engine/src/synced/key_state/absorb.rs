@@ -300,12 +300,7 @@ impl KeyState {
     /// span yet, the early sync asked in the last one is not this span's: the span starts
     /// here (a check must not start it again and ask a second time).
     fn ask_early_in_span(&mut self, p: &SyncedParams, now: Nanos) -> bool {
-        if p.span_of(now) as u16 != self.span {
-            self.span = p.span_of(now) as u16;
-            self.flags.insert(KeyFlags::SPAN_SET);
-            self.span_count = 0;
-            self.activity.new_span();
-        }
+        self.enter_span(p, now);
         self.activity.ask_early()
     }
 

@@ -20,8 +20,8 @@ impl KeyState {
     /// a span, the others' demand since (an instance whose demand fell sends nothing to say
     /// so: a client quiet between bursts; not for a spent budget, which a burst on every
     /// instance spends at once: read again, each would take a new budget from a room the
-    /// others' bursts already fill). Not for a limit too small to share among the fleet: each instance's cold share
-    /// is a large part of it.
+    /// others' bursts already fill). Not for a limit too small to share among the fleet: each
+    /// instance's cold share is a large part of it.
     fn worth_a_read(
         &self,
         p: &SyncedParams,
