@@ -15,7 +15,8 @@
 #
 # Knobs: DURATION (seconds per round, default 10), ROUNDS (3), CONNS (wrk connections, 64),
 # H2_CONNS x H2_STREAMS (h2load, 32 x 16), KEYS (distinct users, 10000), THREADS (Sluice's and
-# throttlecrab's runtime threads and nginx's workers, default: the CPUs), PROFILE (0 or 1).
+# throttlecrab's runtime threads and nginx's workers, default: the CPUs), PROFILE (0 or 1),
+# SLUICE_B (another sluice binary, served beside the first for an A/B in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10}
@@ -54,6 +55,10 @@ rules: [rules/]
 CONF
 RUST_LOG=error TOKIO_WORKER_THREADS=$THREADS ./target/release/sluice serve --config "$W/sluice.yaml" &
 SLUICE_PID=$!
+if [ -n "${SLUICE_B:-}" ]; then
+  sed 's/1820\([0-2]\)/1823\1/g' "$W/sluice.yaml" > "$W/b.yaml"
+  RUST_LOG=error TOKIO_WORKER_THREADS=$THREADS "$SLUICE_B" serve --config "$W/b.yaml" &
+fi
 RUST_LOG=error TOKIO_WORKER_THREADS=$THREADS throttlecrab-server --http --http-port 18210 \
   --grpc --grpc-port 18211 --log-level error > "$W/throttlecrab.log" 2>&1 &
 # Do-nothing ceilings: a constant JSON answer over HTTP/1.1, and over HTTP/2 without TLS.
@@ -146,9 +151,16 @@ for _ in $(seq "$ROUNDS"); do
   http "ceiling: nginx return 200 (HTTP/1.1)" 18220 "$W/ceiling.lua"
   http "sluice /v1/acquire" 18200 "$W/acquire.lua"
   http "sluice /json" 18200 "$W/json.lua"
+  if [ -n "${SLUICE_B:-}" ]; then
+    http "sluice B /v1/acquire" 18230 "$W/acquire.lua"
+    http "sluice B /json" 18230 "$W/json.lua"
+  fi
   http "throttlecrab /throttle" 18210 "$W/throttle.lua"
   grpc "ceiling: nginx return 200 (h2c)" 18221 / "$W/rls.bin"
   grpc "sluice RLS gRPC" 18201 /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit "$W/rls.bin"
+  if [ -n "${SLUICE_B:-}" ]; then
+    grpc "sluice B RLS gRPC" 18231 /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit "$W/rls.bin"
+  fi
   grpc "throttlecrab gRPC" 18211 /throttlecrab.RateLimiter/Throttle "$W/crab.bin"
 done
 

@@ -542,25 +542,7 @@ pub(crate) fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway,
             .map(|t| crate::rules::parse_positive_duration("upstream_timeout", t, false))
             .transpose()?
             .unwrap_or(std::time::Duration::from_secs(30)),
-        workers: raw
-            .workers
-            .as_ref()
-            .map(|n| {
-                usize::try_from(n.value)
-                    .ok()
-                    .filter(|w| (1..=1024).contains(w))
-                    .and_then(std::num::NonZeroUsize::new)
-                    .ok_or_else(|| {
-                        Located::at(
-                            n,
-                            format!(
-                                "workers must be between 1 and 1024, found {}; leave it out for one per CPU",
-                                n.value
-                            ),
-                        )
-                    })
-            })
-            .transpose()?,
+        workers: raw.workers.as_ref().map(parse_workers).transpose()?,
         refund_upstream_failures: raw.refund_upstream_failures.unwrap_or(false),
         path_matching: PathMatching {
             case_sensitive: raw.case_sensitive_paths.unwrap_or(false),
@@ -587,4 +569,21 @@ pub(crate) fn gateway(raw: &RawGateway, headers: HeaderStyle) -> Result<Gateway,
                 })?,
         },
     })
+}
+
+/// A `workers:` count (a gateway's, `api.workers`): 1 to 1024.
+pub(crate) fn parse_workers(n: &Spanned<i64>) -> Result<std::num::NonZeroUsize, Located> {
+    usize::try_from(n.value)
+        .ok()
+        .filter(|w| (1..=1024).contains(w))
+        .and_then(std::num::NonZeroUsize::new)
+        .ok_or_else(|| {
+            Located::at(
+                n,
+                format!(
+                    "workers must be between 1 and 1024, found {}; leave it out for one per CPU",
+                    n.value
+                ),
+            )
+        })
 }

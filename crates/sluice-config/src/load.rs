@@ -29,6 +29,7 @@ pub fn load(file: &Path) -> Result<ServiceConfig, ConfigError> {
             defaults: Default::default(),
             api_domain,
             adhoc_max_keys: crate::service::DEFAULT_ADHOC_MAX_KEYS,
+            api_workers: None,
             headers: HeaderStyle::Ietf,
             rls_response_headers: false,
             rlqs: crate::RlqsSettings::default(),

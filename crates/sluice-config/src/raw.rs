@@ -153,6 +153,7 @@ pub(crate) struct RawDefaults {
 pub(crate) struct RawApi {
     pub domain: Option<Spanned<String>>,
     pub adhoc_max_keys: Option<Spanned<i64>>,
+    pub workers: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -61,6 +61,9 @@ pub struct ServiceConfig {
     /// Keys all ad-hoc limits of `/v1/acquire` keep at once (`api.adhoc_max_keys`, default
     /// [`DEFAULT_ADHOC_MAX_KEYS`]); a new key beyond it is refused.
     pub adhoc_max_keys: usize,
+    /// Worker threads of the HTTP/JSON API (`api.workers`; `None`: one per CPU), each with its
+    /// own runtime and socket, as a gateway's.
+    pub api_workers: Option<std::num::NonZeroUsize>,
     /// Header style.
     pub headers: HeaderStyle,
     /// Whether Envoy RLS answers (gRPC and `/json`) carry `x-ratelimit-*` headers in
@@ -176,6 +179,13 @@ impl ServiceConfig {
             defaults,
             api_domain,
             adhoc_max_keys,
+            api_workers: raw
+                .api
+                .workers
+                .as_ref()
+                .map(crate::gateway::parse_workers)
+                .transpose()
+                .map_err(err)?,
             headers,
             rls_response_headers: raw.rls.response_headers.unwrap_or(false),
             rlqs: crate::rlqs::parse_rlqs(&raw.rlqs).map_err(err)?,

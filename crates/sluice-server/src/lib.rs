@@ -30,6 +30,7 @@ mod service;
 mod status;
 mod status_page;
 mod tls;
+mod workers;
 
 pub use error::ServerError;
 pub use serve::{run, run_until};

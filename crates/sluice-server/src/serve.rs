@@ -6,7 +6,6 @@
 
 use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -164,15 +163,19 @@ pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> Re
         rlqs: rlqs_limits(&config.rlqs),
         stop: stop_rx,
     };
-    let http = front.api(sockets.http, &access);
+    let mut http = front.api(sockets.http, &access)?;
     let admin = front.admin(sockets.admin, &service, &config, &access);
-    let grpc = front.grpc(sockets.grpc, &access);
+    let mut grpc = front.grpc(sockets.grpc, &access)?;
     let (flusher, calls_done) = spawn_flusher(&engine, prometheus);
     let reloader = spawn_reloader(service.clone(), front.stop.clone());
     let mut gateways = front.gateways(&config, sockets.gateways, &service, &access)?;
     let servers = tokio::spawn(async move {
-        let ((), (), g) = tokio::join!(http, admin, grpc);
-        g.map_err(|e| ServerError::task("grpc listener", e))?;
+        admin.await;
+        for (workers, what) in [(&mut http, "http"), (&mut grpc, "grpc")] {
+            while let Some(done) = workers.join_next().await {
+                done.map_err(|e| ServerError::task(what, e))??;
+            }
+        }
         while let Some(done) = gateways.join_next().await {
             let worker = done.map_err(|e| ServerError::task("gateway task", e))?;
             worker.map_err(|e| ServerError::task("gateway worker", e))?;
@@ -276,8 +279,10 @@ impl Access {
 
 /// Every listening socket, bound before anything is served: a port in use fails the start.
 struct Sockets {
-    http: TcpListener,
-    grpc: TcpListener,
+    /// The API's workers' sockets (`SO_REUSEPORT`).
+    http: Vec<std::net::TcpListener>,
+    /// The gRPC listener's workers' sockets (`SO_REUSEPORT`).
+    grpc: Vec<std::net::TcpListener>,
     admin: TcpListener,
     /// Each gateway's workers' sockets (`SO_REUSEPORT`).
     gateways: Vec<(Vec<std::net::TcpListener>, Gateway)>,
@@ -285,16 +290,19 @@ struct Sockets {
 
 impl Sockets {
     async fn bind(config: &ServiceConfig) -> Result<Self> {
-        let http = bind("http", config.listen.http).await?;
-        let grpc = bind("grpc", config.listen.grpc).await?;
+        let workers = config
+            .api_workers
+            .map_or_else(crate::workers::cpus, std::num::NonZeroUsize::get);
+        let http = crate::workers::bind_workers("http", config.listen.http, workers)?;
+        let grpc = crate::workers::bind_workers("grpc", config.listen.grpc, workers)?;
         let admin = bind("admin", config.listen.admin).await?;
         let mut gateways = Vec::with_capacity(config.gateways.len());
         for g in &config.gateways {
             let workers = g
                 .workers
-                .map_or_else(crate::gateway_workers::cpus, std::num::NonZeroUsize::get);
+                .map_or_else(crate::workers::cpus, std::num::NonZeroUsize::get);
             gateways.push((
-                crate::gateway_workers::bind_workers(g.listen, workers)?,
+                crate::workers::bind_workers("gateway", g.listen, workers)?,
                 g.clone(),
             ));
         }
@@ -306,9 +314,6 @@ impl Sockets {
         })
     }
 }
-
-/// The gRPC server's future.
-type GrpcServing = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
 
 /// What every listener is served with: the engine, the RLS options, the limits and the
 /// connection cap, the listeners' refusals and the stop signal.
@@ -348,25 +353,33 @@ impl FrontDoors {
         )
     }
 
-    /// The HTTP/JSON API (`/json`, `/v1/acquire`, ...), behind the API token when set.
+    /// The HTTP/JSON API (`/json`, `/v1/acquire`, ...), behind the API token when set: one
+    /// worker thread per socket (workers.rs), one connection cap and one admission over all.
     fn api(
         &self,
-        listener: TcpListener,
+        listeners: Vec<std::net::TcpListener>,
         access: &Access,
-    ) -> impl Future<Output = ()> + Send + use<> {
+    ) -> Result<tokio::task::JoinSet<Result<()>>> {
         let router = with_token(
             sluice_rls::http_router_shared(self.engine.clone(), self.rls_options.clone()),
             access.api_token.clone(),
         );
-        serve_http(
-            listener,
-            protect(router, &self.limits, self.admission("http", Door::Http))
-                .layer(axum::middleware::from_fn(crate::door_metrics::count_api)),
-            self.limits.clone(),
-            ConnectionCap::new("http", self.max_connections),
-            access.http_tls.clone(),
-            self.stop.clone(),
-        )
+        let router = protect(router, &self.limits, self.admission("http", Door::Http))
+            .layer(axum::middleware::from_fn(crate::door_metrics::count_api));
+        let cap = ConnectionCap::new("http", self.max_connections);
+        let mut set = tokio::task::JoinSet::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let http = crate::workers::Http {
+                router: router.clone(),
+                limits: self.limits.clone(),
+                cap: cap.clone(),
+                tls: access.http_tls.clone(),
+                stop: self.stop.clone(),
+            };
+            let worker = crate::workers::spawn("http", i, listener, |l| http.serve(l))?;
+            crate::workers::join_in(&mut set, "http worker", worker);
+        }
+        Ok(set)
     }
 
     /// The admin endpoints (admin.rs), behind the admin token or the `Host` check.
@@ -392,47 +405,63 @@ impl FrontDoors {
         )
     }
 
-    /// Envoy's RLS and RLQS over gRPC, behind the API token when set.
-    fn grpc(&self, listener: TcpListener, access: &Access) -> GrpcServing {
+    /// Envoy's RLS and RLQS over gRPC, behind the API token when set: one worker thread per
+    /// socket (workers.rs), one connection cap, one admission and one RLQS service (its
+    /// streams' bounds) over all.
+    fn grpc(
+        &self,
+        listeners: Vec<std::net::TcpListener>,
+        access: &Access,
+    ) -> Result<tokio::task::JoinSet<Result<()>>> {
         let limits = &self.limits;
-        let mut builder = tonic::transport::Server::builder()
+        let builder = tonic::transport::Server::builder()
             .timeout(limits.request_timeout)
             .max_concurrent_streams(limits.http2_max_concurrent_streams)
             .http2_max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
             .layer(self.admission("grpc", Door::Grpc));
-        let incoming = guarded_incoming(
-            listener,
-            ConnectionCap::new("grpc", self.max_connections),
-            limits.idle_timeout,
-            access.grpc_tls.clone(),
-            limits.header_read_timeout,
-        );
-        let service =
-            sluice_rls::grpc_service_shared(self.engine.clone(), self.rls_options.clone());
+        let cap = ConnectionCap::new("grpc", self.max_connections);
+        let rls = sluice_rls::grpc_service_shared(self.engine.clone(), self.rls_options.clone());
         let rlqs = sluice_rls::rlqs::rlqs_service(
             self.engine.clone(),
             self.rls_options.clone(),
             self.rlqs.clone(),
             self.stop.clone(),
         );
-        let stop = stopped(self.stop.clone());
-        match access.api_token.clone() {
-            Some(token) => {
-                let guard = crate::access::grpc_interceptor(token);
-                Box::pin(
-                    builder
-                        .add_service(InterceptedService::new(service, guard.clone()))
-                        .add_service(InterceptedService::new(rlqs, guard))
-                        .serve_with_incoming_shutdown(incoming, stop),
-                )
-            }
-            None => Box::pin(
-                builder
-                    .add_service(service)
-                    .add_service(rlqs)
-                    .serve_with_incoming_shutdown(incoming, stop),
-            ),
+        let mut set = tokio::task::JoinSet::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let (mut builder, cap, rls, rlqs) =
+                (builder.clone(), cap.clone(), rls.clone(), rlqs.clone());
+            let (tls, token, stop) = (
+                access.grpc_tls.clone(),
+                access.api_token.clone(),
+                self.stop.clone(),
+            );
+            let (idle, handshake) = (limits.idle_timeout, limits.header_read_timeout);
+            let worker = crate::workers::spawn("grpc", i, listener, move |listener| async move {
+                let incoming = guarded_incoming(listener, cap, idle, tls, handshake);
+                let stop = stopped(stop);
+                let served = match token {
+                    Some(token) => {
+                        let guard = crate::access::grpc_interceptor(token);
+                        builder
+                            .add_service(InterceptedService::new(rls, guard.clone()))
+                            .add_service(InterceptedService::new(rlqs, guard))
+                            .serve_with_incoming_shutdown(incoming, stop)
+                            .await
+                    }
+                    None => {
+                        builder
+                            .add_service(rls)
+                            .add_service(rlqs)
+                            .serve_with_incoming_shutdown(incoming, stop)
+                            .await
+                    }
+                };
+                served.map_err(|e| ServerError::task("grpc listener", e))
+            })?;
+            crate::workers::join_in(&mut set, "grpc worker", worker);
         }
+        Ok(set)
     }
 
     /// Opens the geoip databases (watched for changes) and starts every gateway's workers.
