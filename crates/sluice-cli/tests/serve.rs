@@ -552,3 +552,120 @@ async fn serves_from_a_tls_redis_with_a_private_ca() {
     drop(serve);
     std::fs::remove_file(&ca).unwrap();
 }
+
+/// Names of a process's threads that start with `prefix` (Linux: `/proc/<pid>/task/*/comm`).
+fn threads(pid: u32, prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_and_grpc_workers_share_one_limit_and_hold_their_ports() {
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 30 }\n";
+    let mut serve = Serve::start_with(
+        "workers",
+        "memory://",
+        &[("edge.yaml", rules)],
+        "api:\n  domain: edge\n  workers: 3\n",
+    );
+    assert_eq!(
+        threads(serve.pid(), "http-"),
+        ["http-0", "http-1", "http-2"]
+    );
+    assert_eq!(
+        threads(serve.pid(), "grpc-"),
+        ["grpc-0", "grpc-1", "grpc-2"]
+    );
+
+    // 60 requests for one user over /json, each on its own connection from 6 client threads
+    // (the kernel spreads them over the workers), then 15 over gRPC on 5 connections: one
+    // engine counts them all, 30 admitted in all.
+    let http = serve.http;
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            std::thread::spawn(move || {
+                (0..10)
+                    .filter(|_| {
+                        let (status, body) = http_call(
+                            http,
+                            "POST",
+                            "/json",
+                            r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}"#,
+                        );
+                        assert!(matches!(status, 200 | 429), "{status}: {body}");
+                        status == 200
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let http_ok: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    let mut grpc_ok = 0;
+    for _ in 0..5 {
+        let mut client = serve.client().await;
+        for _ in 0..3 {
+            let r = client
+                .should_rate_limit(request("edge", &[&[("user", "alice")]], 1))
+                .await
+                .unwrap()
+                .into_inner();
+            grpc_ok += usize::from(ok(r.overall_code));
+        }
+    }
+    assert_eq!(
+        (http_ok, grpc_ok),
+        (30, 0),
+        "30 of the limit over HTTP first"
+    );
+
+    // A second process cannot take the ports the workers share.
+    let dir = std::env::temp_dir().join(format!("sluice-workers-clash-{}", serve.admin));
+    std::fs::create_dir_all(dir.join("rules")).unwrap();
+    std::fs::write(dir.join("rules/edge.yaml"), rules).unwrap();
+    for (listener, port, others) in [
+        ("http", serve.http, ("grpc", "admin")),
+        ("grpc", serve.grpc, ("http", "admin")),
+    ] {
+        std::fs::write(
+            dir.join("sluice.yaml"),
+            format!(
+                "store: memory://\nlisten:\n  {listener}: 127.0.0.1:{port}\n  {}: 127.0.0.1:{}\n  {}: 127.0.0.1:{}\nrules: [rules/]\n",
+                others.0,
+                sluice_testkit::free_port(),
+                others.1,
+                sluice_testkit::free_port()
+            ),
+        )
+        .unwrap();
+        let clash = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["serve", "--config"])
+            .arg(dir.join("sluice.yaml"))
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("run a second sluice serve");
+        let stderr = String::from_utf8_lossy(&clash.stderr);
+        assert!(!clash.status.success(), "the second process must not start");
+        assert!(
+            stderr.contains(&format!("cannot listen on 127.0.0.1:{port} ({listener})")),
+            "{stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let (status, body) = http_call(
+        serve.http,
+        "POST",
+        "/json",
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}"#,
+    );
+    assert_eq!(status, 200, "the first one still serves: {body}");
+    // SIGTERM stops every worker and the process exits cleanly.
+    assert!(serve.terminate().success());
+}
