@@ -275,20 +275,6 @@ async fn upstream_failures_are_502_and_504_never_429_and_http2_clients_are_serve
     assert_eq!(statuses, [200, 200, 200, 429], "over one HTTP/2 connection");
 }
 
-/// Names of the gateway worker threads of a process (Linux: `/proc/<pid>/task/*/comm`).
-fn gateway_threads(pid: u32) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-        .map(|n| n.trim().to_owned())
-        .filter(|n| n.starts_with("gateway-"))
-        .collect();
-    names.sort();
-    names
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_workers_share_one_engine_hold_the_port_and_stop_cleanly() {
     let (up, upstream_hits) = upstream();
@@ -298,7 +284,7 @@ async fn gateway_workers_share_one_engine_hold_the_port_and_stop_cleanly() {
         .replace("    headers: both\n", "    headers: both\n    workers: 4\n");
     let mut gw = Serve::start_with("gwworkers", "memory://", &[("edge.yaml", rules)], &yaml);
     assert_eq!(
-        gateway_threads(gw.pid()),
+        common::threads(gw.pid(), "gateway-"),
         ["gateway-0", "gateway-1", "gateway-2", "gateway-3"],
         "one thread per configured worker"
     );
@@ -332,12 +318,7 @@ async fn gateway_workers_share_one_engine_hold_the_port_and_stop_cleanly() {
         format!("store: memory://\nlisten:\n  http: 127.0.0.1:{h}\n  grpc: 127.0.0.1:{g}\n  admin: 127.0.0.1:{a}\nrules: [rules/]\n{yaml}"),
     )
     .unwrap();
-    let clash = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--config"])
-        .arg(dir.join("sluice.yaml"))
-        .env("RUST_LOG", "error")
-        .output()
-        .expect("run a second sluice serve");
+    let clash = common::serve_to_end(&dir.join("sluice.yaml"));
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&clash.stderr);
     assert!(!clash.status.success(), "the second process must not start");

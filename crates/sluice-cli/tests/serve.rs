@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Serve, http_call, request};
+use common::{Serve, http_call, request, threads};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -553,20 +553,6 @@ async fn serves_from_a_tls_redis_with_a_private_ca() {
     std::fs::remove_file(&ca).unwrap();
 }
 
-/// Names of a process's threads that start with `prefix` (Linux: `/proc/<pid>/task/*/comm`).
-fn threads(pid: u32, prefix: &str) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
-        .map(|n| n.trim().to_owned())
-        .filter(|n| n.starts_with(prefix))
-        .collect();
-    names.sort();
-    names
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_and_grpc_workers_share_one_limit_and_hold_their_ports() {
     let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 30 }\n";
@@ -645,12 +631,7 @@ async fn api_and_grpc_workers_share_one_limit_and_hold_their_ports() {
             ),
         )
         .unwrap();
-        let clash = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--config"])
-            .arg(dir.join("sluice.yaml"))
-            .env("RUST_LOG", "error")
-            .output()
-            .expect("run a second sluice serve");
+        let clash = common::serve_to_end(&dir.join("sluice.yaml"));
         let stderr = String::from_utf8_lossy(&clash.stderr);
         assert!(!clash.status.success(), "the second process must not start");
         assert!(

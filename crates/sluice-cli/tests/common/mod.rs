@@ -277,3 +277,29 @@ pub fn request(
         hits_addend: hits,
     }
 }
+
+/// Names of a process's threads that start with `prefix`, sorted (Linux:
+/// `/proc/<pid>/task/*/comm`).
+pub fn threads(pid: u32, prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Runs `sluice serve --config config` to its end (a start that must fail) and returns its
+/// output.
+pub fn serve_to_end(config: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run a second sluice serve")
+}
