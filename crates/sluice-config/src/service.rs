@@ -61,8 +61,8 @@ pub struct ServiceConfig {
     /// Keys all ad-hoc limits of `/v1/acquire` keep at once (`api.adhoc_max_keys`, default
     /// [`DEFAULT_ADHOC_MAX_KEYS`]); a new key beyond it is refused.
     pub adhoc_max_keys: usize,
-    /// Worker threads of the HTTP/JSON API (`api.workers`; `None`: one per CPU), each with its
-    /// own runtime and socket, as a gateway's.
+    /// Worker threads of the HTTP/JSON API, and as many of the gRPC listener (`api.workers`;
+    /// `None`: one per CPU), each with its own runtime and socket, as a gateway's.
     pub api_workers: Option<std::num::NonZeroUsize>,
     /// Header style.
     pub headers: HeaderStyle,

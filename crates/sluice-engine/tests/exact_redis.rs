@@ -146,3 +146,47 @@ async fn a_paused_redis_opens_the_breaker_and_a_probe_closes_it_once_redis_answe
     assert!(engine.check("d", &req, 0).await.unwrap().allowed);
     assert_eq!(engine.exact_breaker(), BreakerState::Closed);
 }
+
+/// A decision asked from a thread with a runtime of its own (a listener's worker in `sluice
+/// serve`) makes the store's first connection on the engine's runtime, not on the asker's:
+/// that runtime ends at shutdown, before the last flush, and a connection made there would end
+/// with it.
+#[test]
+fn a_connection_made_for_a_worker_outlives_the_workers_runtime() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let home = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let engine = Arc::new({
+        let _in_home = home.enter();
+        engine(&server, "deny", &clock)
+    });
+    let req = [[("k", "v")]];
+    let on_worker = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            let worker = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let first = worker.block_on(engine.check("d", &req, 1)).unwrap();
+            let seen = (first.allowed, first.statuses[0].reason);
+            drop(first);
+            drop(worker);
+            seen
+        })
+        .join()
+        .unwrap()
+    };
+    assert_eq!(on_worker, (true, None), "decided by the store");
+    // The worker's runtime is gone; the connection is not.
+    let second = home.block_on(engine.check("d", &req, 1)).unwrap();
+    assert!(second.allowed, "{second:?}");
+    assert_eq!(
+        second.statuses[0].remaining, 1,
+        "the store counted both: {second:?}"
+    );
+}

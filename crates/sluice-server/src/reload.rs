@@ -64,6 +64,7 @@ fn settings_read_at_start(running: &ServiceConfig, new: &ServiceConfig) -> Vec<S
     restart(running.listen.http != new.listen.http, "listen.http");
     restart(running.listen.grpc != new.listen.grpc, "listen.grpc");
     restart(running.listen.admin != new.listen.admin, "listen.admin");
+    restart(running.api_workers != new.api_workers, "api.workers");
     restart(
         running.expected_instances != new.expected_instances,
         "expected_instances",

@@ -163,24 +163,29 @@ pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> Re
         rlqs: rlqs_limits(&config.rlqs),
         stop: stop_rx,
     };
-    let mut http = front.api(sockets.http, &access)?;
     let admin = front.admin(sockets.admin, &service, &config, &access);
-    let mut grpc = front.grpc(sockets.grpc, &access)?;
     let (flusher, calls_done) = spawn_flusher(&engine, prometheus);
     let reloader = spawn_reloader(service.clone(), front.stop.clone());
     let mut gateways = front.gateways(&config, sockets.gateways, &service, &access)?;
+    // Last: the API's and gRPC's workers answer from the moment they start.
+    let mut http = front.api(sockets.http, &access)?;
+    let mut grpc = front.grpc(sockets.grpc, &access)?;
     let servers = tokio::spawn(async move {
         admin.await;
-        for (workers, what) in [(&mut http, "http"), (&mut grpc, "grpc")] {
+        // Every worker is waited for; the first failure is the answer.
+        let mut first = None;
+        for (workers, what) in [
+            (&mut http, "http worker"),
+            (&mut grpc, "grpc worker"),
+            (&mut gateways, "gateway worker"),
+        ] {
             while let Some(done) = workers.join_next().await {
-                done.map_err(|e| ServerError::task(what, e))??;
+                if let Err(e) = done.map_err(|e| ServerError::task(what, e)).and_then(|r| r) {
+                    first.get_or_insert(e);
+                }
             }
         }
-        while let Some(done) = gateways.join_next().await {
-            let worker = done.map_err(|e| ServerError::task("gateway task", e))?;
-            worker.map_err(|e| ServerError::task("gateway worker", e))?;
-        }
-        Ok::<(), ServerError>(())
+        first.map_or(Ok(()), Err)
     });
     stop.await;
     let running = Running {

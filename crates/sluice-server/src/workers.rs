@@ -87,7 +87,8 @@ impl Http {
 
 /// Starts one worker thread (named `{name}-{index}`) with its own single-threaded runtime,
 /// on which `serve` runs with the worker's socket (called there, so that whatever it spawns
-/// runs on this worker); it ends when `serve` has.
+/// runs on this worker); it ends when `serve` has. The runtime and the socket's registration
+/// are made here, so that a worker that cannot start fails the start.
 pub(crate) fn spawn<F, Fut>(
     name: &str,
     index: usize,
@@ -98,26 +99,23 @@ where
     F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<()>>,
 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| ServerError::Start {
+            what: "cannot start a worker's runtime",
+            source,
+        })?;
+    let listener = {
+        let _in_runtime = runtime.enter();
+        tokio::net::TcpListener::from_std(listener).map_err(|source| ServerError::Start {
+            what: "cannot register a worker's listener",
+            source,
+        })?
+    };
     std::thread::Builder::new()
         .name(format!("{name}-{index}"))
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|source| ServerError::Start {
-                    what: "cannot start a worker's runtime",
-                    source,
-                })?;
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).map_err(|source| {
-                    ServerError::Start {
-                        what: "cannot register a worker's listener",
-                        source,
-                    }
-                })?;
-                serve(listener).await
-            })
-        })
+        .spawn(move || runtime.block_on(serve(listener)))
         .map_err(|source| ServerError::Start {
             what: "cannot start a worker thread",
             source,

@@ -15,11 +15,33 @@ use crate::exact::breaker::{Admission, Breaker};
 use crate::verdict::Reason;
 
 /// What an exact-mode request calls the store with: the store, its breaker, the time budget
-/// (`None`: no timer, the store's own timeout applies).
+/// (`None`: no timer, the store's own timeout applies) and the runtime its calls run on.
 pub(crate) struct StoreCalls<'a> {
-    pub store: &'a dyn CounterStore,
+    pub store: &'a Arc<dyn CounterStore>,
     pub breaker: &'a Breaker,
     pub timeout: Option<Duration>,
+    /// The runtime the engine was built on, when it was built on one.
+    pub home: Option<&'a tokio::runtime::Handle>,
+}
+
+impl StoreCalls<'_> {
+    /// One decision taken in the store, run on the engine's own runtime. A store connection's
+    /// tasks live on the runtime of the call that (re)made it (redis-rs spawns them there), and
+    /// a listener's worker runtime ends at shutdown before the last flush: a connection remade
+    /// by a request on a worker would die with it, and the last flush with it.
+    async fn exact(&self, request: ExactRequest) -> Result<Decision, StoreError> {
+        let Some(home) = self.home else {
+            return self.store.exact(&request).await;
+        };
+        let store = self.store.clone();
+        home.spawn(async move { store.exact(&request).await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(StoreError::Unavailable(format!(
+                    "the engine's runtime did not run the call: {e}"
+                )))
+            })
+    }
 }
 
 type FastHasher = foldhash::fast::RandomState;
@@ -89,7 +111,7 @@ impl StoreDecisions {
         };
         // A call cut off by the budget may still be applied by the store: counted, not
         // admitted (the safe side).
-        let call = store.store.exact(&request);
+        let call = store.exact(request);
         let result = match store.timeout {
             Some(budget) => tokio::time::timeout(budget, call)
                 .await

@@ -42,6 +42,9 @@ pub(crate) struct StoreLink {
     fleet_steady: AtomicBool,
     /// Keys asked for an early sync; wakes the flush loop.
     pub(crate) early: EarlySync,
+    /// The runtime the engine was built on (the server's main one), where decisions taken in
+    /// the store run whichever thread asks (`StoreCalls::exact`).
+    home: Option<tokio::runtime::Handle>,
 }
 
 /// Nanoseconds between probes of an idle store (and between announcements until the fleet's
@@ -75,6 +78,7 @@ impl StoreLink {
             last_announce: AtomicU64::new(0),
             fleet_steady: AtomicBool::new(false),
             early: EarlySync::new(),
+            home: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -104,9 +108,10 @@ impl StoreLink {
     /// How a decision taken in the store calls it (exact rules, synced small limits).
     pub(crate) fn exact_calls(&self) -> StoreCalls<'_> {
         StoreCalls {
-            store: &*self.store,
+            store: &self.store,
             breaker: &self.breaker,
             timeout: self.exact_timeout,
+            home: self.home.as_ref(),
         }
     }
 
