@@ -3,7 +3,8 @@
 #   Sluice RLS gRPC ShouldRateLimit, POST /json and POST /v1/acquire (ad-hoc token bucket)
 #   against throttlecrab-server's gRPC Throttle and HTTP /throttle, with the same keys and
 #   limits, and the do-nothing ceilings measured the same way: nginx `return 200` with a JSON
-#   body over HTTP/1.1 (wrk) and over h2c (h2load), with as many workers as Sluice has threads.
+#   body over HTTP/1.1 (wrk) and over h2c (h2load), with as many workers as Sluice has threads,
+#   and axum and tonic doing nothing on the same per-thread runtimes as Sluice (its stack's ceiling).
 # Rounds are interleaved (the VM's speed drifts over a minute); each target's median round is
 # reported with its p99, then the ratios issue 40 names. With PROFILE=1 (the default when perf
 # is installed) a last /v1/acquire load runs under `perf record` and the top of the profile is
@@ -40,6 +41,7 @@ if ! command -v throttlecrab-server >/dev/null; then
   cargo install --locked throttlecrab-server --version "$THROTTLECRAB_VERSION"
 fi
 [ -x target/release/sluice ] || cargo build --release -p sluice-cli
+[ -x target/release/examples/do_nothing ] || cargo build --release -p sluice-rls --example do_nothing
 PROFILE=${PROFILE:-$(command -v perf >/dev/null && echo 1 || echo 0)}
 
 W=$(mktemp -d)
@@ -73,6 +75,9 @@ http {
 }
 CONF
 nginx -c "$W/nginx.conf" -p "$W" &
+# The ceiling of Sluice's own stack: axum and tonic answering constants on the same per-thread
+# runtimes as `sluice serve`'s listeners (crates/sluice-rls/examples/do_nothing.rs).
+./target/release/examples/do_nothing 127.0.0.1:18250 127.0.0.1:18251 "$THREADS" &
 sleep 3
 
 # 3. The requests. wrk picks one of KEYS users per request; h2load sends one message body
@@ -149,6 +154,7 @@ grpc() { # name port path body
 echo "$ROUNDS rounds of ${DURATION}s; HTTP: wrk -t1 -c$CONNS, $KEYS users; gRPC: h2load -c$H2_CONNS -m$H2_STREAMS, one user; $THREADS threads/workers; $(nproc) CPUs shared with the load generator; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for _ in $(seq "$ROUNDS"); do
   http "ceiling: nginx return 200 (HTTP/1.1)" 18220 "$W/ceiling.lua"
+  http "ceiling: axum do-nothing (HTTP/1.1)" 18250 "$W/ceiling.lua"
   http "sluice /v1/acquire" 18200 "$W/acquire.lua"
   http "sluice /json" 18200 "$W/json.lua"
   if [ -n "${SLUICE_B:-}" ]; then
@@ -157,6 +163,7 @@ for _ in $(seq "$ROUNDS"); do
   fi
   http "throttlecrab /throttle" 18210 "$W/throttle.lua"
   grpc "ceiling: nginx return 200 (h2c)" 18221 / "$W/rls.bin"
+  grpc "ceiling: tonic do-nothing (h2c)" 18251 /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit "$W/rls.bin"
   grpc "sluice RLS gRPC" 18201 /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit "$W/rls.bin"
   if [ -n "${SLUICE_B:-}" ]; then
     grpc "sluice B RLS gRPC" 18231 /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit "$W/rls.bin"
@@ -174,6 +181,8 @@ awk -f scripts/median-round.awk "$W/results" | awk -F'|' '
     h1 = med["ceiling: nginx return 200 (HTTP/1.1)"]; h2 = med["ceiling: nginx return 200 (h2c)"]
     printf "/v1/acquire: %.2fx the ceiling, p99 %.2f ms vs throttlecrab %.2f ms\n", med["sluice /v1/acquire"] / h1, p99["sluice /v1/acquire"], p99["throttlecrab /throttle"]
     printf "/json: %.2fx the ceiling, p99 %.2f ms\n", med["sluice /json"] / h1, p99["sluice /json"]
+    ax = med["ceiling: axum do-nothing (HTTP/1.1)"]; tn = med["ceiling: tonic do-nothing (h2c)"]
+    printf "axum doing nothing: %.2fx nginx; /v1/acquire %.2fx and /json %.2fx of it; tonic doing nothing: %.2fx nginx h2c, RLS gRPC %.2fx of it\n", ax / h1, med["sluice /v1/acquire"] / ax, med["sluice /json"] / ax, tn / h2, med["sluice RLS gRPC"] / tn
     printf "RLS gRPC: %.2fx the h2c ceiling, %.2fx throttlecrab gRPC, p99 %.2f ms vs %.2f ms\n", med["sluice RLS gRPC"] / h2, med["sluice RLS gRPC"] / med["throttlecrab gRPC"], p99["sluice RLS gRPC"], p99["throttlecrab gRPC"]
   }'
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

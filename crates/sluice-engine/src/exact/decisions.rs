@@ -29,8 +29,14 @@ impl StoreCalls<'_> {
     /// tasks live on the runtime of the call that (re)made it (redis-rs spawns them there), and
     /// a listener's worker runtime ends at shutdown before the last flush: a connection remade
     /// by a request on a worker would die with it, and the last flush with it.
+    /// Asked on that runtime, or outside any (the simulator polls in place), the call runs
+    /// in place.
     async fn exact(&self, request: ExactRequest) -> Result<Decision, StoreError> {
-        let Some(home) = self.home else {
+        let here = tokio::runtime::Handle::try_current().ok();
+        let Some(home) = self
+            .home
+            .filter(|home| here.is_some_and(|here| here.id() != home.id()))
+        else {
             return self.store.exact(&request).await;
         };
         let store = self.store.clone();
