@@ -160,7 +160,7 @@ pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> Re
         max_connections,
         limits: config.listeners.clone(),
         doors,
-        rlqs: rlqs_limits(&config.rlqs),
+        rlqs: sluice_rls::rlqs::RlqsLimits::from(&config.rlqs),
         stop: stop_rx,
     };
     let admin = front.admin(sockets.admin, &service, &config, &access);
@@ -332,18 +332,6 @@ struct FrontDoors {
     /// The bounds of RLQS streams (`rlqs:`).
     rlqs: sluice_rls::rlqs::RlqsLimits,
     stop: watch::Receiver<bool>,
-}
-
-/// `rlqs:` as the RLQS service's bounds (the others at their defaults).
-fn rlqs_limits(settings: &sluice_config::RlqsSettings) -> sluice_rls::rlqs::RlqsLimits {
-    sluice_rls::rlqs::RlqsLimits {
-        max_streams: settings.max_streams,
-        max_message_bytes: settings.max_report_bytes,
-        max_streams_per_peer: settings.max_streams_per_peer,
-        max_buckets_per_stream: settings.max_buckets_per_stream,
-        usages_per_second: settings.usages_per_second,
-        ..sluice_rls::rlqs::RlqsLimits::default()
-    }
 }
 
 impl FrontDoors {

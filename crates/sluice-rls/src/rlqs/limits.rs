@@ -47,6 +47,20 @@ impl Default for RlqsLimits {
     }
 }
 
+impl From<&sluice_config::RlqsSettings> for RlqsLimits {
+    /// `rlqs:` of the service's config as the bounds (the others at their defaults).
+    fn from(settings: &sluice_config::RlqsSettings) -> Self {
+        Self {
+            max_streams: settings.max_streams,
+            max_message_bytes: settings.max_report_bytes,
+            max_streams_per_peer: settings.max_streams_per_peer,
+            max_buckets_per_stream: settings.max_buckets_per_stream,
+            usages_per_second: settings.usages_per_second,
+            ..Self::default()
+        }
+    }
+}
+
 /// A peer as the per-peer cap counts it: an IPv4 address (IPv4-mapped IPv6 ones too), or the
 /// /64 of an IPv6 address (one host commonly holds a whole /64, so its exact addresses are
 /// free to spend).
