@@ -98,7 +98,33 @@ enum Command {
         /// `predictive,rlqs`.
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
+        /// Run the scenario once per seed in FIRST-LAST (its own `seed` replaced) and print,
+        /// per policy and class of keys, the spread over the runs (OUT/seeds.json; no plots):
+        /// one traffic draw is one story.
+        #[arg(long, value_name = "FIRST-LAST", value_parser = parse_seeds)]
+        seeds: Option<std::ops::RangeInclusive<u64>>,
     },
+}
+
+/// `--seeds FIRST-LAST`: at least one seed, at most 10,000.
+#[cfg(feature = "sim")]
+fn parse_seeds(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
+    let (first, last) = text
+        .split_once('-')
+        .ok_or_else(|| format!("`{text}` is not FIRST-LAST (for example 1-24)"))?;
+    let number = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{s}` in `{text}` is not a whole number"))
+    };
+    let (first, last) = (number(first)?, number(last)?);
+    if last < first {
+        return Err(format!("{last} is before {first} in `{text}`"));
+    }
+    if last - first >= 10_000 {
+        return Err(format!("`{text}` names more than 10,000 seeds"));
+    }
+    Ok(first..=last)
 }
 
 /// How logs are written (level from `RUST_LOG`, default `info`).
@@ -135,7 +161,8 @@ fn main() -> ExitCode {
             out,
             markdown,
             policies,
-        } => simulate(&scenario, &out, markdown, policies),
+            seeds,
+        } => simulate(&scenario, &out, markdown, policies, seeds),
         Command::Status {
             admin,
             config,
@@ -231,6 +258,7 @@ fn simulate(
     out: &std::path::Path,
     markdown: bool,
     policies: Vec<String>,
+    seeds: Option<std::ops::RangeInclusive<u64>>,
 ) -> anyhow::Result<ExitCode> {
     use anyhow::Context as _;
     let mut scenario = sluice_sim::Scenario::load(file)?;
@@ -248,6 +276,22 @@ fn simulate(
     }
     if !policies.is_empty() {
         scenario.policies = Some(policies);
+    }
+    if let Some(seeds) = seeds {
+        let spreads = sluice_sim::seeds::over_seeds(&scenario, seeds);
+        let _ = std::io::Write::write_all(
+            &mut std::io::stdout(),
+            sluice_sim::seeds::markdown(&spreads).as_bytes(),
+        );
+        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+        let path = out.join("seeds.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&spreads)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let _ = std::io::Write::write_all(
+            &mut std::io::stdout(),
+            format!("wrote {}\n", path.display()).as_bytes(),
+        );
+        return Ok(ExitCode::SUCCESS);
     }
     // A progress bar once a run has taken a second (on a terminal only).
     let clock = sluice_core::SystemClock::default();

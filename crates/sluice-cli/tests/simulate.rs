@@ -136,3 +136,48 @@ fn policies_on_the_command_line_replace_the_scenarios() {
     );
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+#[test]
+fn seeds_give_the_spread_of_every_class_over_the_runs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("sluice-simulate-seeds-{}", std::process::id()));
+    let simulate = |seeds: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("simulate")
+            .arg(root.join("examples/scenarios/mix/short.yaml"))
+            .args(["--policies", "predictive,exact", "--seeds", seeds, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let run = simulate("3-5");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8(run.stdout).unwrap();
+    assert!(stdout.contains("| predictive | bursty |"), "{stdout}");
+    assert!(
+        stdout.contains("| exact | bursty | 0.0 / 0.0 / 0.0%"),
+        "{stdout}"
+    );
+    let spreads: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("seeds.json")).unwrap()).unwrap();
+    let spreads = spreads.as_array().unwrap();
+    assert!(spreads.iter().all(|s| s["runs"] == 3), "{spreads:?}");
+    let seed = spreads[0]["over_most_seed"].as_u64().unwrap();
+    assert!((3..=5).contains(&seed), "{spreads:?}");
+    for (bad, says) in [
+        ("5-2", "2 is before 5 in `5-2`"),
+        ("7", "`7` is not FIRST-LAST"),
+        ("1-x", "`x` in `1-x` is not a whole number"),
+        ("1-20000", "more than 10,000 seeds"),
+    ] {
+        let run = simulate(bad);
+        assert!(!run.status.success());
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(stderr.contains(says), "{bad}: {stderr}");
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -26,6 +26,7 @@ mod report;
 mod rlqs;
 mod run;
 mod scenario;
+pub mod seeds;
 mod tally;
 mod traffic;
 

@@ -10,8 +10,16 @@ const NS: u64 = 1_000_000_000;
 pub(crate) struct Rng(pub u64);
 
 impl Rng {
+    /// A generator for one stream of one seed: every (seed, stream) pair starts from its own
+    /// state (both mixed through splitmix64, so seeds 2k and 2k+1 differ as much as any two).
     pub fn seeded(seed: u64, stream: u64) -> Self {
-        Rng((seed ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(stream + 1)) | 1)
+        let state = splitmix64(seed ^ splitmix64(stream.wrapping_add(1)));
+        // xorshift's one fixed point: an all-zero state would stay zero.
+        Rng(if state == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            state
+        })
     }
 
     pub fn next(&mut self) -> u64 {
@@ -41,6 +49,14 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
+}
+
+/// splitmix64's finalizer: spreads every bit of `x` over the whole word.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// One request.
@@ -481,6 +497,29 @@ impl Sink {
                     cost: e.cost as u32,
                     tenant: None,
                 });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rng;
+
+    fn first(seed: u64, stream: u64) -> [u64; 4] {
+        let mut rng = Rng::seeded(seed, stream);
+        std::array::from_fn(|_| rng.next())
+    }
+
+    #[test]
+    fn every_seed_and_stream_has_its_own_sequence() {
+        let mut seen = std::collections::HashSet::new();
+        for seed in 0..64 {
+            for stream in 0..8 {
+                assert!(
+                    seen.insert(first(seed, stream)),
+                    "seed {seed} stream {stream}"
+                );
             }
         }
     }

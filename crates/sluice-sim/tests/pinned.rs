@@ -6,20 +6,27 @@ use sluice_sim::{Scenario, run};
 #[test]
 fn a_client_pinned_to_one_instance_gets_its_room_once_a_trickle_elsewhere_stops() {
     // One client on instance 0 sends 360 requests in a second every 20 s (limit 300 a minute);
-    // the same key trickles at 0.3/s over all five instances. In the fourth window the key is
-    // refused on instance 0 while the instances no reply lists count as this one does; the
-    // early read that finds every other's entry aged out (two spans without a flush) used to
-    // unsettle the key, and with nothing to flush at the next boundaries no reply settled it
-    // again: 82 of 300. That read is itself a read after a boundary's flushes showing nobody
-    // else counts the key, and settles it: 260 of 300 (what is still refused is the bursts
-    // after a quiet span, each held to an even part of the room: docs/ACCURACY.md).
-    let windows = pinned_after_a_trickle(8);
-    assert!(windows[3] >= 250, "{windows:?}");
-    // Another seed: refused on the instances not listed, the client waited for a read a
-    // quarter span after the boundary, and the key's bursts came before it: windows at 113
-    // and 114 of 300. It reads once the boundary's flushes have landed.
-    let windows = pinned_after_a_trickle(6);
-    assert!(windows[3..].iter().all(|&n| n >= 285), "{windows:?}");
+    // the same key trickles at 0.3/s over all five instances. The early read that finds every
+    // other's entry aged out (two spans without a flush) used to unsettle the key, and with
+    // nothing to flush at the next boundaries no reply settled it again (windows at 82 of
+    // 300); that read now settles it.
+    //
+    // Not met: a burst that comes after a quiet span sets its budget split evenly (the others
+    // may be bursting too, and rates a span old say nothing of it: `mix/surge.yaml`), a fifth
+    // of the room, and a spent budget does not read again; the next bursts of the window each
+    // get a fifth of what is left. Over 20 seeds, 28 of 100 windows admitted 127-268 of 300
+    // (about half the limit in most of them: 60, then 47, then 38), the others 284-306
+    // (docs/ACCURACY.md, "A client pinned to one instance"). Held here as a regression
+    // bound: none under 120 or over 306, at least 70 of 100 at 95% of the limit or more.
+    let mut served = 0;
+    for seed in 1..=20 {
+        let windows = pinned_after_a_trickle(seed);
+        for &n in &windows {
+            assert!((120..=306).contains(&n), "seed {seed}: {windows:?}");
+            served += usize::from(n >= 285);
+        }
+    }
+    assert!(served >= 70, "{served} of 100 windows got 95% of the limit");
 }
 
 /// The admissions per window of a client pinned to instance 0 that bursts every 20 s while
