@@ -557,11 +557,11 @@ fn a_burst_after_a_quiet_span_reads_the_flushes_its_instances_last_read_came_bef
     // left (9, 6 and 3 of a room of 15). Such a budget now asks for an early sync at once,
     // and the burst is split from the count as it is.
     //
-    // Over seeds 1-24: the bursty user 0-7.5% over (9 requests; budgets of a
-    // boundary split by rates of different ages add up to more than the room; real
-    // processes: 0-6.7%), heavy at most 1.7%, the tenant 0-9.2% (false denials up to 0.68%), normal users' false
-    // denials 0-0.19% (over the 0.1% target in 5 of 24 seeds: a few requests refused at a
-    // window's start; docs/ACCURACY.md). Regression bounds where the targets are not met.
+    // Over seeds 1-24: the bursty user 0-7.5% over (9 requests; budgets of a boundary split
+    // by rates of different ages add up to more than the room; real processes: 0-6.7%),
+    // heavy at most 1.7%, the tenant 0-9.2% (false denials up to 0.68%), normal users' false
+    // denials 0-0.19% (over the 0.1% target in 5 of 24 seeds; docs/ACCURACY.md). Regression
+    // bounds where the targets are not met.
     for c in mix_over_seeds("mix/short.yaml") {
         let (over, denials) = match c.class.as_str() {
             "bursty" => (7.5, 0.2),
