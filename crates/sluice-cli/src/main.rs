@@ -99,8 +99,8 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
         /// Run the scenario once per seed in FIRST-LAST (its own `seed` replaced) and print,
-        /// per policy and class of keys, the spread over the runs (OUT/seeds.json; no plots):
-        /// one traffic draw is one story.
+        /// per policy and class of keys, the spread over the runs as a Markdown table
+        /// (OUT/seeds.json; no plots): one traffic draw is one story.
         #[arg(long, value_name = "FIRST-LAST", value_parser = parse_seeds)]
         seeds: Option<std::ops::RangeInclusive<u64>>,
     },
@@ -278,14 +278,14 @@ fn simulate(
         scenario.policies = Some(policies);
     }
     if let Some(seeds) = seeds {
-        let spreads = sluice_sim::seeds::over_seeds(&scenario, seeds);
+        let report = sluice_sim::seeds::over_seeds(&scenario, seeds);
         let _ = std::io::Write::write_all(
             &mut std::io::stdout(),
-            sluice_sim::seeds::markdown(&spreads).as_bytes(),
+            sluice_sim::seeds::markdown(&report).as_bytes(),
         );
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
         let path = out.join("seeds.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&spreads)?)
+        std::fs::write(&path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
         let _ = std::io::Write::write_all(
             &mut std::io::stdout(),

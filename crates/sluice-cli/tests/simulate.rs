@@ -159,14 +159,15 @@ fn seeds_give_the_spread_of_every_class_over_the_runs() {
     let stdout = String::from_utf8(run.stdout).unwrap();
     assert!(stdout.contains("| predictive | bursty |"), "{stdout}");
     assert!(
-        stdout.contains("| exact | bursty | 0.0 / 0.0 / 0.0%"),
+        stdout.contains("| exact | bursty | 3 | 0.0 / 0.0 / 0.0%"),
         "{stdout}"
     );
-    let spreads: serde_json::Value =
+    let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("seeds.json")).unwrap()).unwrap();
-    let spreads = spreads.as_array().unwrap();
+    assert_eq!(report["seeds"], serde_json::json!([3, 5]));
+    let spreads = report["spreads"].as_array().unwrap();
     assert!(spreads.iter().all(|s| s["runs"] == 3), "{spreads:?}");
-    let seed = spreads[0]["over_most_seed"].as_u64().unwrap();
+    let seed = spreads[0]["worst_over_max_seed"].as_u64().unwrap();
     assert!((3..=5).contains(&seed), "{spreads:?}");
     for (bad, says) in [
         ("5-2", "2 is before 5 in `5-2`"),

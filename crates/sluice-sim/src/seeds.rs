@@ -17,39 +17,49 @@ pub struct SeedSpread {
     pub policy: String,
     /// The class of keys (see [`crate::classes`]).
     pub class: String,
-    /// The runs (one per seed).
+    /// The runs in which the class had traffic.
     pub runs: u64,
-    /// The worst window over the limit, % of the limit: the least over the runs.
-    pub over_least_pct: f64,
-    /// The median run's worst window.
-    pub over_median_pct: f64,
-    /// The worst run's worst window.
-    pub over_most_pct: f64,
-    /// The seed of the worst run (the first such).
-    pub over_most_seed: u64,
-    /// The 99th percentile window over the limit: the most over the runs.
-    pub p99_most_pct: f64,
-    /// Busy windows (demand at least 1.2x the limit) over every run.
-    pub busy_windows: u64,
-    /// Busy windows that admitted under 95% of the limit, over every run.
-    pub under_admitted: u64,
+    /// Each run's worst window over the limit, % of the limit: the smallest of them.
+    pub worst_over_min_pct: f64,
+    /// The median of the runs' worst windows (the mean of the middle two for an even count).
+    pub worst_over_median_pct: f64,
+    /// The largest of the runs' worst windows.
+    pub worst_over_max_pct: f64,
+    /// The seed of the run with the largest worst window (the first such).
+    pub worst_over_max_seed: u64,
+    /// The 99th percentile window over the limit: the largest over the runs.
+    pub p99_over_max_pct: f64,
+    /// Busy windows (demand at least 1.2x the limit), all runs together.
+    pub busy_windows_total: u64,
+    /// Busy windows that admitted under 95% of the limit, all runs together.
+    pub under_admitted_total: u64,
     /// Runs with at least one such window.
     pub runs_under_admitted: u64,
-    /// The least a busy window admitted in any run, % of the limit.
+    /// The least a busy window admitted in any run, % of the limit (100 without busy windows).
     pub busy_least_pct: f64,
-    /// False denials in % of the class's requests: the most over the runs.
-    pub false_denials_most_pct: f64,
+    /// False denials in % of the class's requests: the largest over the runs.
+    pub false_denials_max_pct: f64,
+}
+
+/// A scenario's spread over a range of seeds, as `sluice simulate --seeds` writes it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SeedsReport {
+    /// The first and the last seed run.
+    pub seeds: (u64, u64),
+    /// Per policy and class, in the order they first appear over the runs.
+    pub spreads: Vec<SeedSpread>,
 }
 
 /// Runs `scenario` once per seed in `seeds` (its own `seed` replaced) and gives the spread per
-/// policy and class, in the report's order.
-pub fn over_seeds(scenario: &Scenario, seeds: RangeInclusive<u64>) -> Vec<SeedSpread> {
+/// policy and class, in the order they first appear over the runs (a class with no traffic in
+/// one run is still reported from the others).
+pub fn over_seeds(scenario: &Scenario, seeds: RangeInclusive<u64>) -> SeedsReport {
+    let range = (*seeds.start(), *seeds.end());
+    let mut s = scenario.clone();
     let mut runs: Vec<(u64, Vec<(String, ClassReport)>)> = Vec::new();
     for seed in seeds {
-        let mut s = scenario.clone();
         s.seed = seed;
-        let report = run(&s);
-        let classes = report
+        let classes = run(&s)
             .policies
             .into_iter()
             .flat_map(|p| {
@@ -59,75 +69,93 @@ pub fn over_seeds(scenario: &Scenario, seeds: RangeInclusive<u64>) -> Vec<SeedSp
             .collect();
         runs.push((seed, classes));
     }
-    let Some((_, first)) = runs.first() else {
-        return Vec::new();
-    };
-    first
-        .iter()
+    let mut names: Vec<(&str, &str)> = Vec::new();
+    for (policy, class) in runs.iter().flat_map(|(_, cs)| cs) {
+        let name = (policy.as_str(), class.class.as_str());
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let spreads = names
+        .into_iter()
         .map(|(policy, class)| {
             let same: Vec<(u64, &ClassReport)> = runs
                 .iter()
                 .filter_map(|(seed, cs)| {
                     cs.iter()
-                        .find(|(p, c)| p == policy && c.class == class.class)
+                        .find(|(p, c)| p == policy && c.class == class)
                         .map(|(_, c)| (*seed, c))
                 })
                 .collect();
-            spread(policy, &class.class, &same)
+            spread(policy, class, &same)
         })
-        .collect()
+        .collect();
+    SeedsReport {
+        seeds: range,
+        spreads,
+    }
 }
 
 fn spread(policy: &str, class: &str, runs: &[(u64, &ClassReport)]) -> SeedSpread {
     let mut over: Vec<f64> = runs.iter().map(|(_, c)| c.over_max_pct).collect();
     over.sort_by(f64::total_cmp);
-    let (most_seed, most) = runs
+    let median = match over.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => over[n / 2],
+        n => (over[n / 2 - 1] + over[n / 2]) / 2.0,
+    };
+    let (max_seed, max) = runs
         .iter()
         .map(|(seed, c)| (*seed, c.over_max_pct))
         .fold((0, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
-    let max = |f: fn(&ClassReport) -> f64| runs.iter().map(|(_, c)| f(c)).fold(0.0, f64::max);
+    let largest = |f: fn(&ClassReport) -> f64| runs.iter().map(|(_, c)| f(c)).fold(0.0, f64::max);
+    let busy_least = runs
+        .iter()
+        .map(|(_, c)| c.busy_min_pct)
+        .fold(f64::INFINITY, f64::min);
     SeedSpread {
         policy: policy.to_owned(),
         class: class.to_owned(),
         runs: runs.len() as u64,
-        over_least_pct: over.first().copied().unwrap_or(0.0),
-        over_median_pct: over.get(over.len() / 2).copied().unwrap_or(0.0),
-        over_most_pct: most.max(0.0),
-        over_most_seed: most_seed,
-        p99_most_pct: max(|c| c.over_p99_pct),
-        busy_windows: runs.iter().map(|(_, c)| c.busy_windows).sum(),
-        under_admitted: runs.iter().map(|(_, c)| c.under_admitted).sum(),
+        worst_over_min_pct: over.first().copied().unwrap_or(0.0),
+        worst_over_median_pct: median,
+        worst_over_max_pct: max.max(0.0),
+        worst_over_max_seed: max_seed,
+        p99_over_max_pct: largest(|c| c.over_p99_pct),
+        busy_windows_total: runs.iter().map(|(_, c)| c.busy_windows).sum(),
+        under_admitted_total: runs.iter().map(|(_, c)| c.under_admitted).sum(),
         runs_under_admitted: runs.iter().filter(|(_, c)| c.under_admitted > 0).count() as u64,
-        busy_least_pct: runs
-            .iter()
-            .map(|(_, c)| c.busy_min_pct)
-            .fold(100.0, f64::min),
-        false_denials_most_pct: max(|c| c.false_denial_pct),
+        busy_least_pct: if busy_least.is_finite() {
+            busy_least
+        } else {
+            100.0
+        },
+        false_denials_max_pct: largest(|c| c.false_denial_pct),
     }
 }
 
 /// The spread as a Markdown table.
-pub fn markdown(spreads: &[SeedSpread]) -> String {
+pub fn markdown(report: &SeedsReport) -> String {
     let mut out = String::from(
-        "| policy | class | worst window over: least / median / most (seed) | p99 over: most | busy windows under 95% | runs with one | least busy window | false denials: most |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | class | runs | worst window over: min / median / max (seed) | p99 over: max | busy windows under 95% | runs with a busy window under 95% | least busy window | false denials: max |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for s in spreads {
+    for s in &report.spreads {
         out.push_str(&format!(
-            "| {} | {} | {:.1} / {:.1} / {:.1}% ({}) | {:.1}% | {} of {} | {} of {} | {:.0}% | {:.2}% |\n",
+            "| {} | {} | {} | {:.1} / {:.1} / {:.1}% ({}) | {:.1}% | {} of {} | {} | {:.1}% | {:.2}% |\n",
             s.policy,
             s.class,
-            s.over_least_pct,
-            s.over_median_pct,
-            s.over_most_pct,
-            s.over_most_seed,
-            s.p99_most_pct,
-            s.under_admitted,
-            s.busy_windows,
-            s.runs_under_admitted,
             s.runs,
+            s.worst_over_min_pct,
+            s.worst_over_median_pct,
+            s.worst_over_max_pct,
+            s.worst_over_max_seed,
+            s.p99_over_max_pct,
+            s.under_admitted_total,
+            s.busy_windows_total,
+            s.runs_under_admitted,
             s.busy_least_pct,
-            s.false_denials_most_pct,
+            s.false_denials_max_pct,
         ));
     }
     out
@@ -137,6 +165,19 @@ pub fn markdown(spreads: &[SeedSpread]) -> String {
 mod tests {
     use super::*;
 
+    /// Each seed's `over_max_pct` of `class` under the first policy, where it had traffic.
+    fn per_run(s: &Scenario, seeds: RangeInclusive<u64>, class: &str) -> Vec<(u64, f64)> {
+        seeds
+            .filter_map(|seed| {
+                let mut one = s.clone();
+                one.seed = seed;
+                let r = run(&one);
+                let c = r.policies[0].classes.iter().find(|c| c.class == class)?;
+                Some((seed, c.over_max_pct))
+            })
+            .collect()
+    }
+
     #[test]
     fn the_spread_is_taken_over_every_seed() {
         let s = Scenario::parse(
@@ -144,8 +185,10 @@ mod tests {
             "duration_s: 120\nseed: 1\nrule: { limit: 50, window_s: 30 }\nnodes: { count: 3 }\ntraffic:\n  - steady: { rate: 4, prefix: busy }\n  - steady: { rate: 0.5, keys: 3, prefix: calm }\npolicies: [reactive, exact]\n",
         )
         .unwrap();
-        let spreads = over_seeds(&s, 1..=4);
-        let classes: Vec<(&str, &str)> = spreads
+        let report = over_seeds(&s, 1..=4);
+        assert_eq!(report.seeds, (1, 4));
+        let classes: Vec<(&str, &str)> = report
+            .spreads
             .iter()
             .map(|s| (s.policy.as_str(), s.class.as_str()))
             .collect();
@@ -159,34 +202,46 @@ mod tests {
             ]
         );
         // The figures are those of the four runs, taken one by one.
-        let mut worst = Vec::new();
-        for seed in 1..=4 {
-            let mut one = s.clone();
-            one.seed = seed;
-            let r = run(&one);
-            let busy = r.policies[0].classes.iter().find(|c| c.class == "busy");
-            worst.push((seed, busy.unwrap().over_max_pct));
-        }
-        let busy = &spreads[0];
+        let worst = per_run(&s, 1..=4, "busy");
+        let busy = &report.spreads[0];
         assert_eq!(busy.runs, 4);
-        let most = worst.iter().map(|w| w.1).fold(f64::MIN, f64::max);
-        assert_eq!(busy.over_most_pct, most);
-        assert_eq!(
-            busy.over_most_seed,
-            worst.iter().find(|w| w.1 == most).unwrap().0
-        );
-        assert!(busy.over_least_pct <= busy.over_median_pct);
-        assert!(busy.over_median_pct <= busy.over_most_pct);
-        assert!(
-            busy.busy_windows > 0,
-            "4/s on a limit of 50 per 30 s is busy"
-        );
-        assert_eq!(spreads[2].over_most_pct, 0.0, "exact never over-admits");
-        let table = markdown(&spreads);
+        let mut sorted: Vec<f64> = worst.iter().map(|w| w.1).collect();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(busy.worst_over_min_pct, sorted[0]);
+        assert_eq!(busy.worst_over_median_pct, (sorted[1] + sorted[2]) / 2.0);
+        assert_eq!(busy.worst_over_max_pct, sorted[3]);
+        let seed = worst.iter().find(|w| w.1 == sorted[3]).unwrap().0;
+        assert_eq!(busy.worst_over_max_seed, seed);
+        assert!(sorted[3] > 0.0, "reactive over-admits at 2.4x the limit");
+        assert!(busy.busy_windows_total > 0, "4/s on 50 per 30 s is busy");
+        assert_eq!(report.spreads[2].worst_over_max_pct, 0.0, "exact");
+        let table = markdown(&report);
         assert_eq!(table.lines().count(), 2 + 4);
         assert!(
-            table.contains("| exact | calm | 0.0 / 0.0 / 0.0%"),
+            table.contains("| exact | calm | 4 | 0.0 / 0.0 / 0.0%"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn a_class_without_traffic_in_the_first_run_is_reported_from_the_others() {
+        // About one request in two minutes: some seeds draw none.
+        let s = Scenario::parse(
+            "s.yaml",
+            "duration_s: 120\nseed: 1\nrule: { limit: 50, window_s: 30 }\nnodes: { count: 2 }\ntraffic:\n  - steady: { rate: 2, prefix: busy }\n  - steady: { rate: 0.008, prefix: rare }\npolicies: [predictive]\n",
+        )
+        .unwrap();
+        let with = per_run(&s, 1..=12, "rare");
+        let first = (1..=12)
+            .find(|seed| !with.iter().any(|w| w.0 == *seed))
+            .expect("a seed without the rare class");
+        assert!(
+            with.iter().any(|w| w.0 > first),
+            "a later seed with it: {with:?}"
+        );
+        let report = over_seeds(&s, first..=12);
+        let rare = report.spreads.iter().find(|c| c.class == "rare");
+        let expected = with.iter().filter(|w| w.0 >= first).count() as u64;
+        assert_eq!(rare.map(|c| c.runs), Some(expected));
     }
 }

@@ -21,6 +21,7 @@ fn a_client_pinned_to_one_instance_gets_its_room_once_a_trickle_elsewhere_stops(
     let mut served = 0;
     for seed in 1..=20 {
         let windows = pinned_after_a_trickle(seed);
+        assert_eq!(windows.len(), 5, "seed {seed}");
         for &n in &windows {
             assert!((120..=306).contains(&n), "seed {seed}: {windows:?}");
             served += usize::from(n >= 285);

@@ -515,7 +515,15 @@ fn mix_over_seeds(file: &str) -> Vec<SeedSpread> {
         .join(file);
     let mut scenario = Scenario::load(&path).unwrap();
     scenario.policies = Some(vec!["predictive".to_owned()]);
-    over_seeds(&scenario, 1..=24)
+    let spreads = over_seeds(&scenario, 1..=24).spreads;
+    let classes: Vec<&str> = spreads.iter().map(|c| c.class.as_str()).collect();
+    for class in ["bursty", "heavy", "mover", "normal", "pinned", "tenant"] {
+        assert!(
+            classes.contains(&class),
+            "{file}: no {class} in {classes:?}"
+        );
+    }
+    spreads
 }
 
 #[test]
@@ -541,8 +549,8 @@ fn a_surge_in_a_mix_of_users_holds_when_every_instance_spent_a_budget_split_from
             "bursty" => (3.5, 0.1, 90.0),
             _ => (3.5, 0.1, 95.0),
         };
-        assert!(c.over_most_pct <= over, "{c:?}");
-        assert!(c.false_denials_most_pct < denials, "{c:?}");
+        assert!(c.worst_over_max_pct <= over, "{c:?}");
+        assert!(c.false_denials_max_pct < denials, "{c:?}");
         assert!(c.busy_least_pct >= least, "{c:?}");
     }
 }
@@ -563,13 +571,15 @@ fn a_burst_after_a_quiet_span_reads_the_flushes_its_instances_last_read_came_bef
     // denials 0-0.19% (over the 0.1% target in 5 of 24 seeds; docs/ACCURACY.md). Regression
     // bounds where the targets are not met.
     for c in mix_over_seeds("mix/short.yaml") {
-        let (over, denials) = match c.class.as_str() {
-            "bursty" => (7.5, 0.2),
-            "tenant" => (9.2, 0.7),
-            _ => (2.0, 0.2),
+        let (over, denials, least) = match c.class.as_str() {
+            "bursty" => (7.5, 0.2, 90.0),
+            "tenant" => (9.2, 0.7, 95.0),
+            "mover" => (2.0, 0.2, 84.0),
+            _ => (2.0, 0.2, 95.0),
         };
-        assert!(c.over_most_pct <= over, "{c:?}");
-        assert!(c.false_denials_most_pct < denials, "{c:?}");
+        assert!(c.worst_over_max_pct <= over, "{c:?}");
+        assert!(c.false_denials_max_pct < denials, "{c:?}");
+        assert!(c.busy_least_pct >= least, "{c:?}");
     }
 }
 
@@ -577,29 +587,41 @@ fn a_burst_after_a_quiet_span_reads_the_flushes_its_instances_last_read_came_bef
 fn the_predictive_targets_hold_over_ten_seeds() {
     // The targets of docs/ACCURACY.md that hold for every seed tried, checked over seeds 1-10
     // (the shipped files' own seeds are checked above): p99 within 2% with ±2 s of clock
-    // skew (at most 1.3%), an attacker on one node within 5% (0.0%), false denials under
+    // skew (at most 1.3%), an attacker on one node within 5%, false denials under
     // 0.1% with traffic under 90% of the limit (at most 0.06%); a store outage within 5x below
     // reactive (at most 3.3% against reactive's 22.0-34.7%).
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scenarios");
     let spread = |file: &str| {
         let mut s = Scenario::load(&dir.join(file)).unwrap();
         s.policies = Some(vec!["predictive".to_owned()]);
-        over_seeds(&s, 1..=10)
+        over_seeds(&s, 1..=10).spreads
     };
     for c in spread("skew.yaml") {
-        assert!(c.p99_most_pct <= 2.0, "{c:?}");
+        assert!(c.p99_over_max_pct <= 2.0, "{c:?}");
     }
     for c in spread("attacker.yaml") {
-        assert!(c.p99_most_pct <= 5.0, "{c:?}");
+        assert!(c.p99_over_max_pct <= 5.0, "{c:?}");
     }
     for c in spread("headroom.yaml") {
-        assert!(c.false_denials_most_pct < 0.1, "{c:?}");
+        assert!(c.false_denials_max_pct < 0.1, "{c:?}");
     }
     // A 30 s store outage at 2x the limit: the others taken to grow at their last known rates
-    // went up to 8.0% over (3.5x below reactive's 28.3% on seed 6); at 1.2x those rates,
-    // 0.0-3.3% over seeds 1-10, some windows admitting 89% of the limit.
-    for c in spread("outage.yaml") {
-        assert!(c.over_most_pct <= 3.4, "{c:?}");
-        assert!(c.busy_least_pct >= 85.0, "{c:?}");
-    }
+    // went up to 8.0% over (3.5x below reactive on seed 6); at 1.2x those rates, 0.0-3.3% over
+    // seeds 1-10, some windows admitting 89% of the limit; every seed's reactive run went at
+    // least 22% over, so predictive's worst is more than 5x below any of them.
+    let mut outage = Scenario::load(&dir.join("outage.yaml")).unwrap();
+    outage.policies = Some(vec!["predictive".to_owned(), "reactive".to_owned()]);
+    let outage = over_seeds(&outage, 1..=10).spreads;
+    let (predictive, reactive) = (&outage[0], &outage[1]);
+    assert_eq!(
+        (predictive.policy.as_str(), reactive.policy.as_str()),
+        ("predictive", "reactive")
+    );
+    assert!(predictive.worst_over_max_pct <= 3.4, "{predictive:?}");
+    assert!(predictive.busy_least_pct >= 85.0, "{predictive:?}");
+    assert!(
+        predictive.p99_over_max_pct * 5.0
+            <= reactive.p99_over_max_pct.min(reactive.worst_over_min_pct),
+        "{predictive:?} {reactive:?}"
+    );
 }

@@ -42,7 +42,7 @@ pub use part::FLOOR as FLEET_PART_FLOOR;
 use shared::Shared;
 pub use small::SMALL_LIMIT_SHARES;
 
-use crate::health::{StoreHealth, StoreView};
+use crate::health::StoreView;
 use crate::verdict::Reason;
 
 type FastHasher = foldhash::fast::RandomState;
@@ -511,7 +511,7 @@ impl SyncedRule {
                 window_start,
                 now,
                 (
-                    StoreHealth::Answering,
+                    store.health,
                     model::phantoms(p, &state.view(), shared, now, store.fleet),
                 ),
             ),

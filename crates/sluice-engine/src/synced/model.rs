@@ -426,3 +426,52 @@ pub(crate) fn budget_now(
     let freed = f64::from(key.prev_global) * now.saturating_sub(from) as f64 / p.window_ns as f64;
     u64::from(budget.amount) + (freed * f64::from(budget.share)).floor() as u64
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sluice_config::Policy;
+
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    #[test]
+    fn while_the_store_is_silent_the_others_grow_faster_than_their_last_rate() {
+        let p = SyncedParams {
+            limit: 100,
+            window_ns: 60 * SECOND,
+            spans: 4,
+            span_ns: 15 * SECOND,
+            cooldown_ns: 0,
+            policy: Policy::Predictive,
+            sliding: false,
+            expected_instances: 1,
+        };
+        let window_start = 1_000 * p.window_ns;
+        // The other instance flushed at a span boundary: 20 admitted, 2 a second.
+        let flushed = window_start + p.span_ns;
+        let key = KeyView {
+            local: 10,
+            others_read: 0,
+            prev_global: 0,
+            prev_local: 0,
+            demand: Demand::from_store_milli(1_000),
+            settled: true,
+        };
+        let mut shared = Shared::heard_at(flushed);
+        shared.others.push(Other {
+            node: Arc::from("b"),
+            at: flushed,
+            count: 20,
+            demand: Demand::from_store_milli(2_000),
+        });
+        let now = flushed + 10 * SECOND;
+        let at = |health| estimate(&p, &key, Some(&shared), window_start, now, (health, 0));
+        // Its own 10, the other's 20, and 10 s of the other's 2 a second: at that rate, and
+        // 1.2x it while the store does not answer.
+        assert!((at(StoreHealth::Answering) - 50.0).abs() < 0.01);
+        assert!((at(StoreHealth::Unreachable) - 54.0).abs() < 0.01);
+    }
+}
