@@ -92,14 +92,15 @@ async fn two_instances_share_a_users_limit_by_their_envoys_demand() {
         );
     }
     // 9:1: the instance whose Envoy carries most of the demand admits most of the limit: 66
-    // to 82 measured (66 and 67 in windows of 92 and 91 on a loaded CI machine), where an
-    // even split of the limit would hold it to 50 (the small Envoy wants 30). Finer
+    // to 82 measured (66 and 67 in windows of 92 and 91 on a loaded CI machine; once 59 in a
+    // window of 85), where an even split of the limit would hold it to 50 (the small Envoy
+    // wants 30). Finer
     // regressions of the split (each instance handing out an even part of the room gave 62
     // of 91) are within this test's run-to-run noise; the deterministic
     // `sluice-engine/tests/fleet_parts.rs` and `sluice-rls/tests/rlqs_fleet.rs` hold those.
     // The small Envoy still gets room.
     for w in 2..SPLIT_AT {
-        assert!(tallies[0][w] >= 60, "window {w}: a {:?}", tallies[0]);
+        assert!(tallies[0][w] >= 55, "window {w}: a {:?}", tallies[0]);
         assert!(tallies[1][w] >= 7, "window {w}: b {:?}", tallies[1]);
     }
     // Even: neither is locked out by the split before. (Two Envoys that both want more than
