@@ -104,10 +104,11 @@ fn spread(policy: &str, class: &str, runs: &[(u64, &ClassReport)]) -> SeedSpread
         n if n % 2 == 1 => over[n / 2],
         n => (over[n / 2 - 1] + over[n / 2]) / 2.0,
     };
-    let (max_seed, max) = runs
+    let max = over.last().copied().unwrap_or(0.0);
+    let max_seed = runs
         .iter()
-        .map(|(seed, c)| (*seed, c.over_max_pct))
-        .fold((0, f64::MIN), |a, b| if b.1 > a.1 { b } else { a });
+        .find(|(_, c)| c.over_max_pct == max)
+        .map_or(0, |(seed, _)| *seed);
     let largest = |f: fn(&ClassReport) -> f64| runs.iter().map(|(_, c)| f(c)).fold(0.0, f64::max);
     let busy_least = runs
         .iter()
@@ -119,7 +120,7 @@ fn spread(policy: &str, class: &str, runs: &[(u64, &ClassReport)]) -> SeedSpread
         runs: runs.len() as u64,
         worst_over_min_pct: over.first().copied().unwrap_or(0.0),
         worst_over_median_pct: median,
-        worst_over_max_pct: max.max(0.0),
+        worst_over_max_pct: max,
         worst_over_max_seed: max_seed,
         p99_over_max_pct: largest(|c| c.over_p99_pct),
         busy_windows_total: runs.iter().map(|(_, c)| c.busy_windows).sum(),
