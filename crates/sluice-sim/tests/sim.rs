@@ -55,11 +55,12 @@ fn shipped_scenarios_are_deterministic_and_exact_never_over_admits() {
         let (reactive, predictive) = (policy(&first, "reactive"), policy(&first, "predictive"));
         // Both flush every span; predictive adds early syncs (a cold key's, a read after a
         // boundary's flushes have landed, a read before refusing a request on news older
-        // than a span, each at most once per key, node and span): at most 3 round trips per
-        // 100 requests.
+        // than a span, each at most once per key, node and span): at most 3.5 round trips
+        // per 100 requests (`scaling`: 3.1, one hot key on up to ten instances, nine of whose
+        // boundary replies a span may come before another's flush and read again).
         assert!(
             predictive.store_ops >= reactive.store_ops
-                && predictive.store_ops_per_request <= reactive.store_ops_per_request + 0.03,
+                && predictive.store_ops_per_request <= reactive.store_ops_per_request + 0.035,
             "{name}: store operations {} (reactive {})",
             predictive.store_ops,
             reactive.store_ops
@@ -535,19 +536,22 @@ fn a_surge_in_a_mix_of_users_holds_when_every_instance_spent_a_budget_split_from
     // that spent such a budget now leaves the others' part out at its early read, and counts
     // them as having spent what it did.
     //
-    // Over seeds 1-24: every class but the surge and the tenant within 3.3% of
-    // the limit, the surge 0-9.0% (one seed over 5%, seed 5), the tenant 0-11.3% (its key
-    // ramps from nothing to 3x the limit as its members arrive, read a span old: not held to
-    // the 5% target yet), normal users' false denials at most 0.01%; the surge and the mover
-    // have windows under 95% of the limit (docs/ACCURACY.md, "A mix of users"). The bounds
+    // Over seeds 1-24: every class but the surge and the tenant within 0.7% of the limit,
+    // the surge 0-9.3% (one seed over 5%, seed 5), the tenant 0-9.3% (median 1.3%: its key
+    // ramps from nothing to 3x the limit as its members arrive, read a span old; a boundary
+    // reply that may lack the others' flushes reads again once they have landed when the key
+    // nears its limit, which took it from 0-11.3%, median 5.7%; not held to the 5% target
+    // yet), normal users' false denials at most 0.02%; the surge has windows under 95% of
+    // the limit (the least 52%, seed 5: every instance's budget spent at the burst's first
+    // requests), the mover one at 95% (docs/ACCURACY.md, "A mix of users"). The bounds
     // below are those figures: regression bounds where the targets are not met.
     for c in mix_over_seeds("mix/five.yaml") {
         let (over, denials, least) = match c.class.as_str() {
-            "surge" => (9.0, 0.1, 65.0),
-            "tenant" => (11.5, 0.5, 95.0),
-            "mover" => (3.5, 0.1, 85.0),
-            "bursty" => (3.5, 0.1, 90.0),
-            _ => (3.5, 0.1, 95.0),
+            "surge" => (9.4, 0.1, 50.0),
+            "tenant" => (9.4, 0.1, 95.0),
+            "mover" => (1.0, 0.1, 94.0),
+            "bursty" => (1.0, 0.1, 93.0),
+            _ => (1.0, 0.1, 95.0),
         };
         assert!(c.worst_over_max_pct <= over, "{c:?}");
         assert!(c.false_denials_max_pct < denials, "{c:?}");
@@ -565,17 +569,18 @@ fn a_burst_after_a_quiet_span_reads_the_flushes_its_instances_last_read_came_bef
     // left (9, 6 and 3 of a room of 15). Such a budget now asks for an early sync at once,
     // and the burst is split from the count as it is.
     //
-    // Over seeds 1-24: the bursty user 0-7.5% over (9 requests; budgets of a boundary split
-    // by rates of different ages add up to more than the room; real processes: 0-6.7%),
-    // heavy at most 1.7%, the tenant 0-9.2% (false denials up to 0.68%), normal users' false
-    // denials 0-0.19% (over the 0.1% target in 5 of 24 seeds; docs/ACCURACY.md). Regression
-    // bounds where the targets are not met.
+    // Over seeds 1-24: the bursty user 0-8.3% over (10 requests; budgets of a boundary split
+    // by rates of different ages add up to more than the room; real processes: 0-6.7%), a
+    // busy window at 87.5% at the least, heavy at most 1.7%, the tenant 0-11.7% (seed 9, its
+    // first window; false denials up to 1.14%), the mover's least busy window 93%, normal
+    // users' false denials 0-0.22% (over the 0.1% target in some seeds; docs/ACCURACY.md).
+    // Regression bounds where the targets are not met.
     for c in mix_over_seeds("mix/short.yaml") {
         let (over, denials, least) = match c.class.as_str() {
-            "bursty" => (7.5, 0.2, 90.0),
-            "tenant" => (9.2, 0.7, 95.0),
-            "mover" => (2.0, 0.2, 84.0),
-            _ => (2.0, 0.2, 95.0),
+            "bursty" => (8.4, 0.1, 87.0),
+            "tenant" => (11.7, 1.2, 95.0),
+            "mover" => (2.0, 0.1, 93.0),
+            _ => (2.0, 0.25, 95.0),
         };
         assert!(c.worst_over_max_pct <= over, "{c:?}");
         assert!(c.false_denials_max_pct < denials, "{c:?}");

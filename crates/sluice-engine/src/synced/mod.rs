@@ -26,6 +26,8 @@ mod props;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_boundary;
+#[cfg(test)]
 mod tests_cold_start;
 
 use std::sync::Arc;

@@ -199,20 +199,45 @@ pub(crate) fn far_below(
         // After an outage the entries are what tells the others' counts on their way.
         return false;
     }
+    grown(p, key, shared, (window_start, now), phantoms, 2) < p.limit as f64 / 2.0
+}
+
+/// The estimate grown for `spans` more spans at the key's known demand (this instance's, the
+/// phantoms' taken as its own, and every live other's).
+fn grown(
+    p: &SyncedParams,
+    key: &KeyView,
+    shared: &Shared,
+    (window_start, now): (Nanos, Nanos),
+    phantoms: u64,
+    spans: u64,
+) -> f64 {
     let rate = key.demand.per_ns() * (1 + phantoms) as f64
         + shared
             .live_others(p, now)
             .map(|o| o.demand.per_ns())
             .sum::<f64>();
-    let grown = estimate(
+    estimate(
         p,
         key,
         Some(shared),
         window_start,
         now,
         (StoreHealth::Answering, phantoms),
-    ) + rate * (2 * p.span_ns) as f64;
-    grown < p.limit as f64 / 2.0
+    ) + rate * spans.saturating_mul(p.span_ns) as f64
+}
+
+/// Whether a key may reach its limit within two spans at its known demand: then a boundary
+/// reply that may have come before the others' flushes of the boundary is worth a second read
+/// once they have landed.
+pub(crate) fn nears_limit(
+    p: &SyncedParams,
+    key: &KeyView,
+    shared: &Shared,
+    (window_start, now): (Nanos, Nanos),
+    phantoms: u64,
+) -> bool {
+    grown(p, key, shared, (window_start, now), phantoms, 2) >= p.limit as f64
 }
 
 /// Others whose news is older than this instance's own, counted with at least a demand like

@@ -1,0 +1,58 @@
+//! A span boundary's reply that may have come before the others' flushes of the same
+//! boundary: when it reads again once they have landed.
+
+use std::sync::Arc;
+
+use sluice_core::Nanos;
+use sluice_store::{FlushOutcome, NodeEntry};
+
+use super::SyncedRule;
+use super::tests::{SECOND, allowed, node_entry, rule};
+use crate::health::StoreView;
+
+const WINDOW: Nanos = 60 * SECOND;
+const SPAN: Nanos = WINDOW / 4;
+const T0: Nanos = 100 * WINDOW;
+
+/// The reply's boundary: the window's third.
+const BOUNDARY: Nanos = T0 + 3 * SPAN;
+
+/// Two instances, 100 a minute over four spans of 15 s. This one admits 10 over the span
+/// before [`BOUNDARY`] (one every 1.4 s) and flushes them there; the reply holds `total` and
+/// lists `other`.
+fn after_a_boundary_reply(total: u64, other: NodeEntry) -> SyncedRule {
+    let fleet = StoreView::answering(2);
+    let me: Arc<str> = Arc::from("me");
+    let mut r = rule(100, WINDOW, 0);
+    r.params.expected_instances = 2;
+    for i in 0..10 {
+        let d = r.check("k", BOUNDARY - SPAN + SECOND + i * 1_400_000_000, 1, fleet);
+        assert!(allowed(&d), "request {i}: {d:?}");
+    }
+    let boundary = BOUNDARY + 1_000_000;
+    let (mut items, mut pending) = (Vec::new(), Vec::new());
+    r.prepare_flush(boundary, &me, &mut items, &mut pending);
+    let outcome = FlushOutcome {
+        total,
+        previous_total: items[0].want_previous.then_some(0),
+        entries: vec![node_entry("me", 10, boundary), other],
+    };
+    let outcomes = vec![outcome; items.len()];
+    assert!(r.apply(&pending[0], |i| outcomes.get(i), "me", (boundary, fleet)));
+    r
+}
+
+#[test]
+fn a_boundary_reply_reads_again_when_the_key_may_reach_its_limit_within_two_spans() {
+    // The other flushed in the span before this boundary: it flushes at this one too, maybe
+    // after this reply. At 60 of 100, growing by some 50 in two spans at the rates known,
+    // the room this reply shows may already be gone: it reads again once the boundary's
+    // flushes have landed.
+    let near = node_entry("other", 50, BOUNDARY - SECOND);
+    let r = after_a_boundary_reply(60, near);
+    assert!(r.take_early_from_reply());
+    // At 20 of 100 the same growth leaves room for both budgets: no second read.
+    let far = node_entry("other", 10, BOUNDARY - SECOND);
+    let r = after_a_boundary_reply(20, far);
+    assert!(!r.take_early_from_reply());
+}
