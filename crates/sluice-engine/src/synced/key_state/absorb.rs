@@ -292,7 +292,7 @@ impl KeyState {
         // with the read, none over).
         let behind = listed_behind || group_behind;
         let near = || model::nears_limit(p, &self.view(), x, (window_start, now), phantoms);
-        if !early && (capped > 0 || (behind && (short || near()))) {
+        if !early && (capped > 0 || (listed_behind && short) || (behind && near())) {
             read_again = self.ask_early_in_span(p, now);
         }
         if !early && behind && !read_again {
