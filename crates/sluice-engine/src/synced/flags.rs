@@ -122,6 +122,9 @@ bitflags::bitflags! {
         const EARLY_ASKED = 1 << 3;
         /// Asked, and not yet handed to the rule's queue of early syncs.
         const EARLY_TO_QUEUE = 1 << 4;
+        /// The span's early sync was asked at a boundary reply, to read the boundary's
+        /// flushes once they have landed: its reply gives the span its early sync back.
+        const BOUNDARY_READ = 1 << 5;
         /// The key's demand has been sampled (or its opening hit set aside) once: its demand
         /// interval no longer opens with a hit.
         const SAMPLED = 1 << 6;
@@ -152,7 +155,26 @@ impl Activity {
 
     /// A new span: its early sync is still to be asked for.
     pub(crate) fn new_span(&mut self) {
-        self.remove(Self::EARLY_ASKED | Self::EARLY_TO_QUEUE);
+        self.remove(Self::EARLY_ASKED | Self::EARLY_TO_QUEUE | Self::BOUNDARY_READ);
+    }
+
+    /// Asks for the read after a boundary's flushes have landed: whether this call asked.
+    /// Asked at a reply, it takes the span's early sync only until its own reply, so that a
+    /// request refused later in the span may still read (and retry in 25 ms, not at the
+    /// span's end), and a penalty still publishes itself at once.
+    pub(crate) fn ask_boundary_read(&mut self) -> bool {
+        let asked = self.ask_early();
+        if asked {
+            self.insert(Self::BOUNDARY_READ);
+        }
+        asked
+    }
+
+    /// An early sync's reply: when it was the boundary's read, the span may ask again.
+    pub(crate) fn early_replied(&mut self) {
+        if self.contains(Self::BOUNDARY_READ) {
+            self.remove(Self::BOUNDARY_READ | Self::EARLY_ASKED);
+        }
     }
 
     /// Asks for an early sync of the key, once a span: whether this call asked.

@@ -535,8 +535,9 @@ fn a_budget_set_after_a_quiet_span_reads_first_when_its_count_may_lack_a_boundar
     let span = window / 4;
     let me: Arc<str> = Arc::from("me");
     let t0 = 100 * window;
-    // (A limit of 200: at 20 of 100 the key could reach its limit within two spans, and the
-    // reply would read again at once, `tests_boundary.rs`.)
+    // (A limit of 200: at 20 of 100, with this instance's ten requests at one moment read as
+    // a burst's rate, the key could reach its limit within two spans, and the reply would ask
+    // for a read 25 ms after the boundary: `tests_boundary.rs`.)
     let asks_after_quiet = |other_at: Nanos| {
         let r = rule(200, window, 0);
         for _ in 0..10 {

@@ -9,6 +9,7 @@ use sluice_store::{FlushOutcome, NodeEntry};
 use super::SyncedRule;
 use super::tests::{SECOND, allowed, node_entry, rule};
 use crate::health::StoreView;
+use crate::verdict::Reason;
 
 const WINDOW: Nanos = 60 * SECOND;
 const SPAN: Nanos = WINDOW / 4;
@@ -19,11 +20,11 @@ const BOUNDARY: Nanos = T0 + 3 * SPAN;
 
 /// Two instances, 100 a minute over four spans of 15 s. This one admits 10 over the span
 /// before [`BOUNDARY`] (one every 1.4 s) and flushes them there; the reply holds `total` and
-/// lists `other`.
-fn after_a_boundary_reply(total: u64, other: NodeEntry) -> SyncedRule {
+/// lists `other`. A penalty of `cooldown` follows demand beyond the limit.
+fn after_a_boundary_reply(total: u64, other: NodeEntry, cooldown: Nanos) -> SyncedRule {
     let fleet = StoreView::answering(2);
     let me: Arc<str> = Arc::from("me");
-    let mut r = rule(100, WINDOW, 0);
+    let mut r = rule(100, WINDOW, cooldown);
     r.params.expected_instances = 2;
     for i in 0..10 {
         let d = r.check("k", BOUNDARY - SPAN + SECOND + i * 1_400_000_000, 1, fleet);
@@ -49,10 +50,43 @@ fn a_boundary_reply_reads_again_when_the_key_may_reach_its_limit_within_two_span
     // the room this reply shows may already be gone: it reads again once the boundary's
     // flushes have landed.
     let near = node_entry("other", 50, BOUNDARY - SECOND);
-    let r = after_a_boundary_reply(60, near);
+    let r = after_a_boundary_reply(60, near, 0);
     assert!(r.take_early_from_reply());
-    // At 20 of 100 the same growth leaves room for both budgets: no second read.
+    // Not for a short budget: its share of the room (about 16) outlasts the span at this
+    // instance's demand (about 10).
+    // At 20 of 100 the same growth stays under the limit (about 72): no second read.
     let far = node_entry("other", 10, BOUNDARY - SECOND);
-    let r = after_a_boundary_reply(20, far);
+    let r = after_a_boundary_reply(20, far, 0);
     assert!(!r.take_early_from_reply());
+}
+
+#[test]
+fn the_boundarys_read_gives_the_span_its_early_sync_back() {
+    // The read a boundary reply asked for answers: the others' flushes have landed, and the
+    // count is 95 of 100. Demand beyond the limit later in the span starts a penalty, which
+    // publishes itself with an early sync at once, as it would had the boundary's replies
+    // come in another order (not at the next boundary, 14 s on).
+    let fleet = StoreView::answering(2);
+    let me: Arc<str> = Arc::from("me");
+    let r = after_a_boundary_reply(60, node_entry("other", 50, BOUNDARY - SECOND), 2 * WINDOW);
+    assert!(r.take_early_from_reply());
+    let read_at = BOUNDARY + 25_000_000;
+    let (mut items, mut pending) = (Vec::new(), Vec::new());
+    r.prepare_early(read_at, &me, &mut items, &mut pending);
+    assert_eq!(pending.len(), 1);
+    let outcome = FlushOutcome {
+        total: 95,
+        previous_total: items[0].want_previous.then_some(0),
+        entries: Vec::new(),
+    };
+    let outcomes = vec![outcome; items.len()];
+    assert!(r.apply(&pending[0], |i| outcomes.get(i), "me", (read_at, fleet)));
+    let decisions: Vec<_> = (0..20)
+        .map(|i| r.check("k", read_at + SECOND + i * 100_000_000, 1, fleet))
+        .collect();
+    let penalty = decisions
+        .iter()
+        .position(|d| d.1 == Some(Reason::GlobalBlock))
+        .expect("demand beyond the limit starts a penalty");
+    assert!(decisions[penalty].2, "{:?}", decisions[penalty]);
 }

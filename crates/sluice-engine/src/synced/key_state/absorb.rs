@@ -71,6 +71,9 @@ impl KeyState {
     ) {
         let window_start = p.window_start(kw);
         let early = flight.early;
+        if early {
+            self.activity.early_replied();
+        }
         let cold_start = !self.seen_entries();
         // Our own count as of the snapshot is in the total; what came after is not.
         let own = u64::from(self.local.saturating_sub(self.unflushed));
@@ -216,7 +219,8 @@ impl KeyState {
     /// This instance's budget until its next reply, set at this one: its share of the room,
     /// less what the others may have spent when the reply may lack their flushes; an early
     /// sync asked when the reply may have come before the others' flushes of the boundary
-    /// and the budget will not last the span or left that out.
+    /// and the budget left that out, will not last the span (others listed), or the key may
+    /// reach its limit within two spans.
     fn set_reply_budget(
         &mut self,
         p: &SyncedParams,
@@ -284,9 +288,11 @@ impl KeyState {
         let short = f64::from(budget.amount) < self.demand.hits_in(span_left);
         let mut read_again = false;
         // A boundary reply that may lack the others' flushes of the boundary reads again once
-        // they have landed when the budget will not last the span, or when the key may reach
-        // its limit within two spans: its room is then what the others flushed moments
-        // after this reply. Without that read, a tenant whose users arrived over the window
+        // they have landed when the budget will not last the span (others listed: see
+        // `listed_behind` for the group), or when the key may reach its limit within two
+        // spans: its room is then mostly what the others flushed moments after this reply.
+        // That read gives the span its early sync back once it answers
+        // (`Activity::ask_boundary_read`). Without it, a tenant whose users arrived over the window
         // had an instance read 164 where the count was 230, and the fleet admitted 104 in a
         // span with a room of 70 (`mix/five.yaml`, seed 18: a first window at 334 of 300;
         // with the read, none over).
@@ -310,7 +316,7 @@ impl KeyState {
     /// here (a check must not start it again and ask a second time).
     fn ask_early_in_span(&mut self, p: &SyncedParams, now: Nanos) -> bool {
         self.enter_span(p, now);
-        self.activity.ask_early()
+        self.activity.ask_boundary_read()
     }
 
     /// What a budget set at this reply leaves out of the room it read, when the reply may
@@ -342,14 +348,14 @@ impl KeyState {
     /// Whether a reply to a span-boundary flush may have come before the others' flushes of
     /// the same boundary: instances flush at the same boundaries, and the first to land reads
     /// the others as they were a span ago, taking their counts since from their demand. An
-    /// early sync moments later reads them as they are (measured in the simulator: the warm
-    /// windows of three instances at 2.4x the limit with 3 spans went from up to 2.7% over to
-    /// ...), when the budget set now will not last the span or leaves out what the others may
-    /// have spent ([`KeyState::unflushed_by_others`]). A reply that shows the others as one
-    /// unlisted group, one of whom flushed at the last boundary, may have come before them
-    /// too; it reads again only for what they may have spent (a group's demand is the
-    /// group's, and an early sync asked for a short budget would take the span's one read a
-    /// key quiet since needs: a client moving to another instance).
+    /// early sync moments later reads them as they are, when the budget set now will not last
+    /// the span, leaves out what the others may have spent
+    /// ([`KeyState::unflushed_by_others`]), or the key nears its limit
+    /// ([`model::nears_limit`]). A reply that shows the others as one unlisted group, one of
+    /// whom flushed at the last boundary, may have come before them too; it reads again only
+    /// for what they may have spent or a key nearing its limit, not for a short budget (a
+    /// group's demand is the group's, and an early sync asked for a short budget would take
+    /// the span's one read a key quiet since needs: a client moving to another instance).
     fn listed_behind(&self, p: &SyncedParams, shared: &Shared, now: Nanos) -> bool {
         shared
             .live_others(p, now)
