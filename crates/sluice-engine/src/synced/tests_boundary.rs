@@ -48,12 +48,11 @@ fn a_boundary_reply_reads_again_when_the_key_may_reach_its_limit_within_two_span
     // The other flushed in the span before this boundary: it flushes at this one too, maybe
     // after this reply. At 60 of 100, growing by some 50 in two spans at the rates known,
     // the room this reply shows may already be gone: it reads again once the boundary's
-    // flushes have landed.
+    // flushes have landed. (Not for a short budget: its share of the room, about 16, outlasts
+    // the span at this instance's demand, about 10.)
     let near = node_entry("other", 50, BOUNDARY - SECOND);
     let r = after_a_boundary_reply(60, near, 0);
     assert!(r.take_early_from_reply());
-    // Not for a short budget: its share of the room (about 16) outlasts the span at this
-    // instance's demand (about 10).
     // At 20 of 100 the same growth stays under the limit (about 72): no second read.
     let far = node_entry("other", 10, BOUNDARY - SECOND);
     let r = after_a_boundary_reply(20, far, 0);
