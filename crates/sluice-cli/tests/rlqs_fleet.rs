@@ -20,16 +20,16 @@ use sluice_testkit::{RedisServer, wait_until};
 const WINDOWS: usize = 8;
 const SPLIT_AT: usize = 4;
 
-/// The admissions a window may hold, of 100. The figure is 90 to 105, which two
-/// instances do not meet yet (docs/RLQS.md, "Two Sluice instances"): measured 93 to 109 after
-/// the first two windows, 113 to 118 where the split turns without the projection of counts
-/// (`synced/part.rs`), 132 with deep bursts saved on both instances. Each instance reads the
-/// other's admissions a flush late and Envoy's usage reaches it a report late, and a busy
-/// 2-core machine (two Sluice, two Envoys, Redis, the load threads and the other tests)
-/// delays reports and the load's requests now and then: the test allows 85 to 113, so that
-/// it fails on those regressions and not on a request or two moved across a window's edge.
+/// The admissions a window may hold, of 100. The figure is 90 to 105: measured 92 to
+/// 104 after the first two windows (docs/RLQS.md, "Two Sluice instances"); 88 to 106 without
+/// the read a boundary reply of a recorded key asks for and with a tenth of the room as the
+/// parts' floor, 113 to 118 where the split turns without the projection of counts
+/// (`synced/part.rs`), 132 with deep bursts saved on both instances. A busy 2-core machine
+/// (two Sluice, two Envoys, Redis, the load threads and the other tests) delays reports and
+/// the load's requests now and then: the test allows 85 to 110, so that it fails on those
+/// regressions and not on a request or two moved across a window's edge.
 const LOW: u64 = 85;
-const HIGH: u64 = 113;
+const HIGH: u64 = 110;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_a_users_limit_by_their_envoys_demand() {
@@ -104,8 +104,9 @@ async fn two_instances_share_a_users_limit_by_their_envoys_demand() {
         assert!(tallies[1][w] >= 7, "window {w}: b {:?}", tallies[1]);
     }
     // Even: neither is locked out by the split before. (Two Envoys that both want more than
-    // the room keep about the split they had, drifting to even as the floor pulls them: a
-    // tenth of the way a window.)
+    // the room keep about the split they had, drifting to even as the floor pulls them: 30%
+    // of the way a window.) By the last window the small one has most of the way: 39 and 42
+    // measured; 25 to 29 with a tenth of the room as the floor.
     for w in SPLIT_AT..WINDOWS {
         assert!(
             tallies[1][w] >= 12 && tallies[0][w] >= 12,
@@ -114,4 +115,10 @@ async fn two_instances_share_a_users_limit_by_their_envoys_demand() {
             tallies[1]
         );
     }
+    assert!(
+        tallies[1][WINDOWS - 1] >= 33,
+        "the even split's last window: a {:?}, b {:?}",
+        tallies[0],
+        tallies[1]
+    );
 }

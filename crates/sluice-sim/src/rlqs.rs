@@ -1,34 +1,33 @@
 //! The `rlqs` policy: each simulated node is an Envoy with the `rate_limit_quota` filter
-//! (envoy.rs), one simulated Sluice serves them all as the RLQS door does.
+//! (envoy.rs), reporting to one of `rlqs.instances` simulated Sluice instances (node `i` to
+//! instance `i % instances`), each serving its Envoys as the RLQS door does.
 //!
 //! Requests are decided by the node's bucket for their key, with no call to Sluice. A new
 //! bucket is reported at once, then every bucket on the node's report timer
 //! (`rlqs.report_interval_s`, 5 s as Envoy 1.40); a report reaches Sluice after half a round
 //! trip drawn from `store.latency_ms`, and its answer reaches the Envoy after the other half.
-//! Sluice is the real door's code: `record` counts the usage in a real `Engine` (one instance,
-//! the rule in `mode: local`, which is exact for one instance) and reads the room, the
-//! `DemandBook` gives the Envoy its share of the bucket's demand, `assign` sizes the token
-//! bucket, and `due` sends it only when it changed materially or needs renewing (the Envoy
-//! keeps the last one otherwise); only the stream around them (wire types, pace, bounds) is
-//! left out. The store's
-//! outages are Sluice unreachable: a report that lands in one is lost with its counts, as Envoy
-//! drops what it built while its stream was down.
+//! Sluice is the real door's code: `record` counts the usage in a real `Engine` and reads the
+//! room, the `DemandBook` gives the Envoy its share of the bucket's demand, `assign` sizes the
+//! token bucket, and `due` sends it only when it changed materially or needs renewing (the
+//! Envoy keeps the last one otherwise); only the stream around them (wire types, pace, bounds)
+//! is left out. One instance runs the rule in `mode: local`, which is exact for one instance;
+//! several run it synced (`predictive`) on one store, flushed on their own timers as the
+//! simulated fleet's nodes are (fleet.rs), so each hands its Envoys its part of the room from
+//! what it has read of the others, a flush late, as `sluice serve` instances on one Redis do.
+//! The store's outages are Sluice unreachable: a report that lands in one is lost with its
+//! counts, as Envoy drops what it built while its stream was down.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_config::RuleSet;
-use sluice_core::{Clock, ManualClock};
-use sluice_engine::{Engine, EngineOptions};
 use sluice_rls::RlsOptions;
 use sluice_rls::rlqs::{Asked, Assignment, Bucket, BucketKey, DemandBook, Sent, due, record};
-use sluice_store::MemoryStore;
 
 use crate::envoy::{EnvoyBucket, Usage};
-use crate::fleet::{LatencyDraw, NS, ready};
-use crate::scenario::Scenario;
+use crate::fleet::{Fleet, LatencyDraw, NS, Timers, ready};
+use crate::scenario::{NodeSpec, Scenario};
 use crate::traffic::{Arrival, Generated};
 
 /// What happens next, in time order (`seq` breaks ties in the order events were made).
@@ -45,41 +44,44 @@ enum Event {
     },
 }
 
-/// The simulated Sluice: its engine, its clock and the demand book of its streams.
-struct Sluice {
-    clock: ManualClock,
-    engine: Engine,
+/// One simulated `sluice serve`'s RLQS door: the demand book of its streams and what it last
+/// sent each of its Envoys (as the door, a report is answered only with the assignments that
+/// changed materially or are due for renewal).
+struct Door {
     book: DemandBook,
-    keys: Vec<Option<BucketKey>>,
-    /// The assignment last sent to each node for each key: as the door, a report is answered
-    /// only with the assignments that changed materially or are due for renewal.
     sent: HashMap<(usize, u32), Sent>,
+}
+
+/// The simulated Sluice instances: real engines on manual clocks sharing one store (fleet.rs),
+/// their flush timers, and one door each. Envoy `i` reports to instance `i % instances`.
+struct Sluices<'f> {
+    fleet: &'f Fleet,
+    timers: Timers<'f>,
+    doors: Vec<Door>,
+    keys: Vec<Option<BucketKey>>,
     reports: u64,
 }
 
-impl Sluice {
-    fn new(rules: &RuleSet, t0: u64, keys: usize) -> Self {
-        let clock = ManualClock::new(t0);
-        let store = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
-        let options = EngineOptions {
-            exact_budget_timer: false,
-            ..EngineOptions::default()
-        };
-        let engine = Engine::new(
-            rules,
-            &Default::default(),
-            store,
-            Arc::new(clock.clone()) as Arc<dyn Clock>,
-            options,
-        );
+impl<'f> Sluices<'f> {
+    fn new(fleet: &'f Fleet, s: &Scenario, keys: usize) -> Self {
+        let doors = (0..fleet.engines.len())
+            .map(|_| Door {
+                book: DemandBook::new(200_000),
+                sent: HashMap::new(),
+            })
+            .collect();
         Self {
-            clock,
-            engine,
-            book: DemandBook::new(200_000),
+            fleet,
+            timers: Timers::new(fleet, s, (0, "")),
+            doors,
             keys: vec![None; keys],
-            sent: HashMap::new(),
             reports: 0,
         }
+    }
+
+    /// The instance Envoy `node` reports to.
+    fn of(&self, node: usize) -> usize {
+        node % self.doors.len()
     }
 
     fn bucket_key(&mut self, key: u32, name: &str) -> BucketKey {
@@ -95,21 +97,26 @@ impl Sluice {
             .clone()
     }
 
-    /// Answers a node's report as the RLQS door does (`stream.rs`): each usage counted, its
-    /// share of the bucket's demand, its assignment.
+    /// Answers a node's report at `x` as the RLQS door of its instance does (`stream.rs`):
+    /// each usage counted, its share of the bucket's demand, its assignment.
     fn answer(
         &mut self,
-        (node, streams): (usize, usize),
+        (node, streams, x): (usize, usize, u64),
         usages: &[Usage],
         names: &[String],
     ) -> Vec<(u32, Assignment)> {
+        let i = self.of(node);
+        let fleet = self.fleet;
+        fleet.set_store(x);
+        fleet.set_clock(i, x);
+        let engine = &fleet.engines[i];
         self.reports += 1;
         let mut actions = Vec::with_capacity(usages.len());
         for u in usages {
             let name = names[u.key as usize].as_str();
             let entries = [("key".to_owned(), name.to_owned())];
-            let recorded = ready(record(&self.engine, "sim", &entries, u.allowed))
-                .expect("the sim domain exists");
+            let recorded =
+                ready(record(engine, "sim", &entries, u.allowed)).expect("the sim domain exists");
             let Some(room) = recorded.room else {
                 actions.push((u.key, Assignment::AllowAll));
                 continue;
@@ -119,17 +126,14 @@ impl Sluice {
             let asked = Asked::per_second(u.allowed, u.denied, elapsed, room);
             let key = self.bucket_key(u.key, name);
             let stream = node as u64 + 1;
-            let assignment = self.book.assignment(
-                ("sim", &key),
-                (stream, true),
-                (asked, room),
-                self.engine.now(),
-                streams,
-            );
-            let now = self.engine.now();
-            let previous = self.sent.get(&(node, u.key)).copied();
+            let now = engine.now();
+            let door = &mut self.doors[i];
+            let assignment =
+                door.book
+                    .assignment(("sim", &key), (stream, true), (asked, room), now, streams);
+            let previous = door.sent.get(&(node, u.key)).copied();
             if due(previous, assignment, now) {
-                self.sent.insert(
+                door.sent.insert(
                     (node, u.key),
                     Sent {
                         assignment,
@@ -138,6 +142,9 @@ impl Sluice {
                 );
                 actions.push((u.key, assignment));
             }
+        }
+        if engine.early_sync_wanted() {
+            self.timers.ask_early(i, x);
         }
         actions
     }
@@ -188,8 +195,10 @@ impl<'a> Envoys<'a> {
             .any(|at| t >= at)
     }
 
-    fn open_streams(&self) -> usize {
+    /// The streams open to the instance that Envoy `node` reports to (`instances` of them).
+    fn open_streams(&self, node: usize, instances: usize) -> usize {
         (0..self.started.len())
+            .filter(|&i| i % instances == node % instances)
             .filter(|&i| self.started[i] && !self.gone[i])
             .count()
     }
@@ -201,22 +210,23 @@ impl<'a> Envoys<'a> {
     }
 
     /// Runs every event due up to `until`.
-    fn advance(&mut self, until: u64, sluice: &mut Sluice, names: &[String]) {
+    /// Runs every event due up to `until`, the instances' flush timers in time order with them.
+    fn advance(&mut self, until: u64, sluices: &mut Sluices<'_>, names: &[String]) {
         while let Some(&Reverse((at, seq))) = self.events.peek() {
             if at > until {
-                return;
+                break;
             }
+            sluices.timers.advance(at);
             self.events.pop();
             let event = self.pending.remove(&seq).expect("every event is pending");
             match event {
-                Event::Timer { node } => self.timer(node, at, sluice),
+                Event::Timer { node } => self.timer(node, at, sluices),
                 Event::Report { node, usages } => {
                     if self.sluice_down(at) || self.gone[node] {
                         continue;
                     }
-                    sluice.clock.set(self.t0 + at);
-                    let streams = self.open_streams();
-                    let actions = sluice.answer((node, streams), &usages, names);
+                    let streams = self.open_streams(node, sluices.doors.len());
+                    let actions = sluices.answer((node, streams, at), &usages, names);
                     let back = at + self.half_trip();
                     self.push(back, Event::Answer { node, actions });
                 }
@@ -229,18 +239,20 @@ impl<'a> Envoys<'a> {
                 }
             }
         }
+        sluices.timers.advance(until);
     }
 
     /// A node's report timer at `t`: every bucket reported; a node that left ends its stream.
-    fn timer(&mut self, node: usize, t: u64, sluice: &Sluice) {
+    fn timer(&mut self, node: usize, t: u64, sluices: &mut Sluices<'_>) {
         if self.leaves(node, t) {
             self.gone[node] = true;
             let keys: Vec<BucketKey> = self.buckets[node]
                 .keys()
-                .filter_map(|&k| sluice.keys[k as usize].clone())
+                .filter_map(|&k| sluices.keys[k as usize].clone())
                 .collect();
             // Its stream ends: its Envoy's admissions since its last report go with it.
-            sluice
+            let i = sluices.of(node);
+            sluices.doors[i]
                 .book
                 .ended("sim", node as u64 + 1, keys.into_iter(), self.t0 + t);
             return;
@@ -286,7 +298,9 @@ pub(crate) fn simulate_rlqs(
     t0: u64,
     progress: &mut dyn FnMut(u64),
 ) -> RlqsRun {
-    let mut sluice = Sluice::new(rules, t0, traffic.keys.len());
+    let instances = sluice_fleet(s);
+    let fleet = Fleet::new(rules, &instances, t0);
+    let mut sluices = Sluices::new(&fleet, &instances, traffic.keys.len());
     let nodes = s.nodes.count;
     let mut envoys = Envoys {
         s,
@@ -305,12 +319,30 @@ pub(crate) fn simulate_rlqs(
         if n % 4096 == 4095 {
             progress(4096);
         }
-        envoys.advance(a.t, &mut sluice, &traffic.keys);
+        envoys.advance(a.t, &mut sluices, &traffic.keys);
         decisions.push(envoys.decide(a));
     }
+    envoys.advance(s.duration_s * NS, &mut sluices, &traffic.keys);
     progress(traffic.arrivals.len() as u64 % 4096);
     RlqsRun {
         decisions,
-        reports: sluice.reports,
+        reports: sluices.reports,
     }
+}
+
+/// The Sluice instances of `s` as a fleet of their own: `rlqs.instances` nodes, up for the
+/// whole run and on true clocks, sharing a store that stays up (the scenario's nodes are its
+/// Envoys, and its outages make Sluice unreachable to them: `Envoys::sluice_down`).
+fn sluice_fleet(s: &Scenario) -> Scenario {
+    let mut fleet = s.clone();
+    fleet.nodes = NodeSpec {
+        count: s.rlqs.instances.max(1),
+        skew_ms: Vec::new(),
+        join_s: Vec::new(),
+        leave_s: Vec::new(),
+        crash_s: Vec::new(),
+        expected: None,
+    };
+    fleet.store.outages.clear();
+    fleet
 }

@@ -44,6 +44,9 @@ pub fn rule_file(policy: &str, s: &Scenario) -> String {
         "predictive_share" => (r.limit, synced("predictive", ", small_limits: share")),
         "predictive_sliding" => (r.limit, synced("predictive", ", algorithm: sliding_window")),
         "exact" => (r.limit, "mode: exact, on_store_error: deny".to_owned()),
+        // Several Sluice serving the Envoys share the room as `sluice serve` instances on one
+        // store do.
+        "rlqs" if s.rlqs.instances > 1 => (r.limit, synced("predictive", "")),
         // One Sluice serving every Envoy: its local count is the exact one.
         "local" | "rlqs" => (r.limit, "mode: local".to_owned()),
         _ => ((r.limit / expected).max(1), "mode: local".to_owned()),

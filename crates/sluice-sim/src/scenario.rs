@@ -140,6 +140,10 @@ pub enum Traffic {
         /// descriptor, `tenant` with this value, counted against the same limit.
         #[serde(default)]
         tenant: Option<String>,
+        /// Evenly spaced arrivals on each node (its part of `rate` by `weights`), as a load
+        /// generator paces them, instead of Poisson arrivals.
+        #[serde(default)]
+        paced: bool,
     },
     /// Poisson bursts: `rate` per second for `length_s` seconds every `every_s` seconds,
     /// nothing in between.
@@ -321,6 +325,16 @@ pub struct RlqsSpec {
     /// `reporting_interval` says; Sluice sizes its assignments for 5 s).
     #[serde(default = "default_report_interval")]
     pub report_interval_s: f64,
+    /// The `sluice serve` instances the Envoys report to (node `i` to instance `i % instances`),
+    /// sharing one store as instances on one Redis do: with one, its rule is local (its count
+    /// exact); with several, synced (`predictive`), each handing its Envoys its part of the
+    /// room. Default 1.
+    #[serde(default = "one_instance")]
+    pub instances: usize,
+}
+
+fn one_instance() -> usize {
+    1
 }
 
 fn default_report_interval() -> f64 {
@@ -331,6 +345,7 @@ impl Default for RlqsSpec {
     fn default() -> Self {
         Self {
             report_interval_s: default_report_interval(),
+            instances: one_instance(),
         }
     }
 }
@@ -485,6 +500,11 @@ impl Scenario {
                 &r.referenced,
                 "rlqs.report_interval_s must be between 0.1 and 3600",
             );
+        }
+        if let Some(r) = &raw.rlqs
+            && !(1..=64).contains(&r.value.instances)
+        {
+            return at(&r.referenced, "rlqs.instances must be between 1 and 64");
         }
         Ok(Scenario {
             duration_s: raw.duration_s.value,

@@ -240,11 +240,16 @@ pub(crate) fn generate(s: &Scenario) -> Generated {
                 start_s,
                 end_s,
                 prefix,
+                paced,
                 ..
             } if *rate > 0.0 => {
                 let ids = sink.keys.range(prefix.as_deref(), *n);
                 let span = sink.window(*start_s, *end_s);
-                sink.spread(rng, (*rate, span), &ids, weights);
+                if *paced {
+                    sink.paced(rng, (*rate, span), &ids, (s.nodes.count, weights));
+                } else {
+                    sink.spread(rng, (*rate, span), &ids, weights);
+                }
             }
             Traffic::Bursts {
                 rate,
@@ -377,6 +382,43 @@ impl Sink {
                 ids[rng.below(n) as usize],
             );
         });
+    }
+
+    /// Evenly spaced arrivals over `ids`: each node its part of `rate` by `weights` (evenly
+    /// without), from a moment drawn within its first gap, while it is live.
+    fn paced(
+        &mut self,
+        rng: &mut Rng,
+        (rate, (from, to)): Rated,
+        ids: &[u32],
+        (nodes, weights): (usize, &[f64]),
+    ) {
+        let n = ids.len() as u64;
+        let weight = |node: usize| match weights {
+            [] => 1.0,
+            w => w.get(node).copied().unwrap_or(0.0),
+        };
+        let total: f64 = (0..nodes).map(weight).sum();
+        for node in 0..nodes {
+            let node_rate = rate * weight(node) / total.max(f64::MIN_POSITIVE);
+            if node_rate <= 0.0 {
+                continue;
+            }
+            let gap = 1e9 / node_rate;
+            let mut t = from as f64 + rng.unit() * gap;
+            while t < to as f64 {
+                let at = t as u64;
+                let live = self.live.at(at).contains(&node).then_some(node);
+                Self::push(
+                    &mut self.out,
+                    self.tenant,
+                    at,
+                    live,
+                    ids[rng.below(n) as usize],
+                );
+                t += gap;
+            }
+        }
     }
 
     /// [`Sink::spread`] in bursts of `length` every `every` nanoseconds.

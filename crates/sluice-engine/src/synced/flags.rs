@@ -128,6 +128,10 @@ bitflags::bitflags! {
         /// The key's demand has been sampled (or its opening hit set aside) once: its demand
         /// interval no longer opens with a hit.
         const SAMPLED = 1 << 6;
+        /// Usage of the key has been recorded without a decision (a door whose clients
+        /// enforce their own assignments: RLQS): the room it hands them is read at every
+        /// report, so a boundary reply that may lack the others' flushes reads again.
+        const RECORDED = 1 << 7;
     }
 }
 

@@ -18,16 +18,40 @@ const T0: Nanos = 100 * WINDOW;
 /// The reply's boundary: the window's third.
 const BOUNDARY: Nanos = T0 + 3 * SPAN;
 
+/// How the key's usage reaches this instance.
+#[derive(Clone, Copy, PartialEq)]
+enum Usage {
+    /// Requests it decides.
+    Checked,
+    /// Usage its clients admitted on their own assignments, recorded without a decision
+    /// (`SyncedRule::record`, as the RLQS door records Envoys' reports).
+    Recorded,
+}
+
 /// Two instances, 100 a minute over four spans of 15 s. This one admits 10 over the span
 /// before [`BOUNDARY`] (one every 1.4 s) and flushes them there; the reply holds `total` and
 /// lists `other`. A penalty of `cooldown` follows demand beyond the limit.
 fn after_a_boundary_reply(total: u64, other: NodeEntry, cooldown: Nanos) -> SyncedRule {
+    after_a_boundary_reply_of(Usage::Checked, total, other, cooldown)
+}
+
+fn after_a_boundary_reply_of(
+    usage: Usage,
+    total: u64,
+    other: NodeEntry,
+    cooldown: Nanos,
+) -> SyncedRule {
     let fleet = StoreView::answering(2);
     let me: Arc<str> = Arc::from("me");
     let mut r = rule(100, WINDOW, cooldown);
     r.params.expected_instances = 2;
     for i in 0..10 {
-        let d = r.check("k", BOUNDARY - SPAN + SECOND + i * 1_400_000_000, 1, fleet);
+        let at = BOUNDARY - SPAN + SECOND + i * 1_400_000_000;
+        if usage == Usage::Recorded {
+            r.record("k", at, 1);
+            continue;
+        }
+        let d = r.check("k", at, 1, fleet);
         assert!(allowed(&d), "request {i}: {d:?}");
     }
     let boundary = BOUNDARY + 1_000_000;
@@ -56,6 +80,23 @@ fn a_boundary_reply_reads_again_when_the_key_may_reach_its_limit_within_two_span
     // At 20 of 100 the same growth stays under the limit (about 72): no second read.
     let far = node_entry("other", 10, BOUNDARY - SECOND);
     let r = after_a_boundary_reply(20, far, 0);
+    assert!(!r.take_early_from_reply());
+}
+
+#[test]
+fn a_boundary_reply_of_a_key_whose_usage_is_recorded_reads_again_far_below_its_limit() {
+    // The RLQS door hands this instance's part of the room to its Envoys at every report and
+    // reads it from the others' counts: a boundary reply that came before the other's flush
+    // of the same boundary would size them on a count a span old, whatever the key's count.
+    // (Two instances, an Envoy each, one user at 3x the limit: without the read, the
+    // instance whose flushes landed first summed parts of 1.06-1.14 with the other's and
+    // windows went to 109 of 100 in the simulator; `sluice-sim/tests/rlqs.rs`.)
+    let far = node_entry("other", 10, BOUNDARY - SECOND);
+    let r = after_a_boundary_reply_of(Usage::Recorded, 20, far.clone(), 0);
+    assert!(r.take_early_from_reply());
+    // The other has not flushed since the last boundary: nothing to wait for.
+    let quiet = node_entry("other", 10, BOUNDARY - 2 * SPAN + SECOND);
+    let r = after_a_boundary_reply_of(Usage::Recorded, 20, quiet, 0);
     assert!(!r.take_early_from_reply());
 }
 

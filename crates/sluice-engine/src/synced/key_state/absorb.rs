@@ -6,7 +6,7 @@
 use sluice_core::Nanos;
 use sluice_store::FlushOutcome;
 
-use super::super::flags::{KeyFlags, Sharing};
+use super::super::flags::{Activity, KeyFlags, Sharing};
 use super::super::model;
 use super::super::params::SyncedParams;
 use super::super::reply::{listed_others, unlisted_demand};
@@ -307,7 +307,8 @@ impl KeyState {
         // with the read, none over).
         let behind = listed_behind || group_behind;
         let near = || model::nears_limit(p, &self.view(), x, (window_start, now), phantoms);
-        if !early && (capped > 0 || (listed_behind && short) || (behind && near())) {
+        let recorded = self.activity.contains(Activity::RECORDED);
+        if !early && (capped > 0 || (listed_behind && short) || (behind && (recorded || near()))) {
             read_again = self.ask_early_in_span(p, now);
         }
         if !early && behind && !read_again {

@@ -3,6 +3,7 @@
 
 use sluice_core::Nanos;
 
+use super::super::flags::Activity;
 use super::super::params::SyncedParams;
 use super::super::shared::Shared;
 use super::{KeyState, sat32};
@@ -22,6 +23,7 @@ impl KeyState {
         self.roll(p, shared, w, now);
         self.enter_span(p, now);
         self.activity.mark();
+        self.activity.insert(Activity::RECORDED);
         let count = sat32(count);
         self.offered = self.offered.saturating_add(count);
         self.local = self.local.saturating_add(count);
