@@ -83,9 +83,9 @@ async fn instances_hand_out_the_room_by_their_demand() {
     eprintln!("per interval: {per:?} of {fleet}; {parts:?}");
     assert!((60.0..=70.0).contains(&fleet), "{parts:?}");
     assert!(per[0] + per[1] <= 1.03 * fleet, "{per:?}");
-    // By their admissions (with a tenth of the room kept evenly): about 0.82 and 0.18 of it,
-    // where an even split gave each instance half.
-    assert!(per[0] >= 3.0 * per[1], "{per:?}");
+    // By their admissions (with 30% of the room kept evenly, `FLEET_PART_FLOOR`): about 0.75
+    // and 0.25 of it at 6:1, where an even split gave each instance half.
+    assert!(per[0] >= 2.5 * per[1], "{per:?}");
     assert!(per[0] >= 0.7 * fleet, "{per:?}");
     assert!(per[1] >= 1.0, "{per:?}");
 }

@@ -15,7 +15,8 @@ pub const POLICIES: [&str; 5] = [
 /// Every policy a scenario may name: [`POLICIES`], `predictive_share` (`predictive` with
 /// `small_limits: share`: a limit too small to share is still shared, never decided at the
 /// store), `local` (`mode: local` as written: every node allows the whole limit) and `rlqs`
-/// (each node an Envoy enforcing the assignments of one Sluice over RLQS; see `rlqs.rs`).
+/// (each node an Envoy enforcing the assignments of one Sluice, or of `rlqs.instances`, over
+/// RLQS; see `rlqs.rs`).
 pub const ALL_POLICIES: [&str; 8] = [
     "reactive",
     "predictive",

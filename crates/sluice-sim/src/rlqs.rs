@@ -322,7 +322,6 @@ pub(crate) fn simulate_rlqs(
         envoys.advance(a.t, &mut sluices, &traffic.keys);
         decisions.push(envoys.decide(a));
     }
-    envoys.advance(s.duration_s * NS, &mut sluices, &traffic.keys);
     progress(traffic.arrivals.len() as u64 % 4096);
     RlqsRun {
         decisions,

@@ -189,7 +189,8 @@ fn simulate(
 }
 
 /// The `rlqs` policy (rlqs.rs): the nodes are Envoys deciding by their assignments; its "store
-/// operations" are the reports Sluice answered, the calls to the shared state.
+/// operations" are the reports Sluice answered, the calls to the shared state (with several
+/// instances, their flushes to the store they share are not among them).
 fn simulate_envoys(
     s: &Scenario,
     traffic: &Generated,

@@ -117,7 +117,9 @@ const NS: u64 = 1_000_000_000;
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Traffic {
     /// Poisson arrivals at `rate` per second over `keys` keys, spread over the live nodes by
-    /// `weights` (even when absent).
+    /// `weights` (even when absent); or, `paced`, evenly spaced arrivals on each node at its
+    /// part of `rate` by `weights` (a node not live meanwhile loses its part: it is not spread
+    /// over the others).
     Steady {
         /// Requests per second, all nodes together.
         rate: f64,
@@ -141,7 +143,8 @@ pub enum Traffic {
         #[serde(default)]
         tenant: Option<String>,
         /// Evenly spaced arrivals on each node (its part of `rate` by `weights`), as a load
-        /// generator paces them, instead of Poisson arrivals.
+        /// generator paces them, instead of Poisson arrivals; a node's part while it is not
+        /// live is dropped.
         #[serde(default)]
         paced: bool,
     },

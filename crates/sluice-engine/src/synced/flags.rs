@@ -114,7 +114,7 @@ impl KeyFlags {
 bitflags::bitflags! {
     /// A synced key's recent activity, in one byte: the windows it was checked in (bits 0, 1,
     /// 2: its window, the one before, the one before that; an idle key is evicted once all
-    /// three are clear), and its early syncs.
+    /// three are clear), its early syncs, and whether a door records its usage.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
     pub(crate) struct Activity: u8 {
         const CHECKED = 0b111;
@@ -130,7 +130,9 @@ bitflags::bitflags! {
         const SAMPLED = 1 << 6;
         /// Usage of the key has been recorded without a decision (a door whose clients
         /// enforce their own assignments: RLQS): the room it hands them is read at every
-        /// report, so a boundary reply that may lack the others' flushes reads again.
+        /// report, so a boundary reply that may lack the others' flushes reads again. It
+        /// lasts until the key is evicted (idle for three windows), whoever counts the key
+        /// meanwhile: such a key reads at most once more a span than a checked one.
         const RECORDED = 1 << 7;
     }
 }
