@@ -245,3 +245,26 @@ async fn a_rule_removed_by_a_reload_abandons_its_buckets() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_stream_that_reports_nothing_is_ended_and_frees_its_peers_slot() {
+    // A peer holding streams open to take the slots Envoys need: its stream sends nothing
+    // while the connection stays open (the listener closes only a connection with no bytes
+    // either way; this test has no such timeout). Before, the stream stayed open for good,
+    // and a peer's 17th was refused.
+    let limits = RlqsLimits {
+        idle_timeout: Duration::from_millis(300),
+        max_streams_per_peer: 1,
+        ..RlqsLimits::default()
+    };
+    let s = server(limits).await;
+    let (_silent, _inbox) = open(s.addr).await.unwrap();
+    s.wait_for_open_streams(0, Duration::from_secs(10), "the silent stream ended")
+        .await;
+    // The peer's slot is free: its next stream is served.
+    let (tx, mut inbox) = open(s.addr).await.unwrap();
+    tx.send(report("d", vec![usage(bucket(&[("user", "a")]), 1, 0)]))
+        .await
+        .unwrap();
+    next(&mut inbox).await;
+}

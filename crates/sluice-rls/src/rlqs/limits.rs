@@ -31,6 +31,13 @@ pub struct RlqsLimits {
     /// How long a response may wait for the peer to read the previous ones; a stream whose
     /// peer reads nothing for this long is ended.
     pub send_timeout: Duration,
+    /// How long a stream may go without a report before it is ended. Envoy reports every
+    /// bucket it holds every 5 s, and opens its stream with its first bucket's report; a
+    /// stream that sends nothing for a minute while its connection stays busy (other streams
+    /// on it, or a peer that only pings: the listener's `idle_timeout` closes only a silent
+    /// connection) is one held open to take the slots Envoys need, and held a slot of its
+    /// peer's (16) for good.
+    pub idle_timeout: Duration,
 }
 
 impl Default for RlqsLimits {
@@ -43,6 +50,7 @@ impl Default for RlqsLimits {
             usages_per_second: 5_000,
             max_message_bytes: 256 * 1024,
             send_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }

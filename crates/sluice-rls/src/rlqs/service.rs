@@ -101,7 +101,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// Reads a stream's reports and answers them until the peer ends it, an error, a peer that
-/// reads nothing for `send_timeout`, or the stop signal.
+/// reads nothing for `send_timeout` or sends nothing for `idle_timeout`, or the stop signal.
 async fn run(
     shared: Arc<Shared>,
     mut reports: tonic::Streaming<WireReport>,
@@ -115,7 +115,15 @@ async fn run(
         let message = tokio::select! {
             biased;
             () = stopped(&mut stop) => break,
-            m = reports.message() => m,
+            m = tokio::time::timeout(shared.limits.idle_timeout, reports.message()) => match m {
+                Ok(m) => m,
+                Err(_) => {
+                    // No report for this long: a peer gone without closing (a partition), or
+                    // one holding a slot. Ended without an answer: it may read nothing either.
+                    tracing::debug!("rlqs stream ended: no report within its idle timeout");
+                    break;
+                }
+            },
         };
         let report = match message {
             Ok(Some(r)) => r,
