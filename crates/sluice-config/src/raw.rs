@@ -170,6 +170,7 @@ pub(crate) struct RawRlqs {
     pub max_streams_per_peer: Option<Spanned<i64>>,
     pub max_buckets_per_stream: Option<Spanned<i64>>,
     pub usages_per_second: Option<Spanned<i64>>,
+    pub idle_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,7 +1,9 @@
 //! `rlqs:`: the bounds of the RLQS streams (Envoy's `rate_limit_quota` filter) on the gRPC
 //! listener.
 
-use crate::duration::bounded_count;
+use std::time::Duration;
+
+use crate::duration::{Bounds, bounded_count, bounded_duration};
 use crate::error::Located;
 use crate::raw::RawRlqs;
 
@@ -20,6 +22,10 @@ pub struct RlqsSettings {
     /// Bucket usages one stream may have processed per second (`usages_per_second`, default
     /// 5,000).
     pub usages_per_second: u32,
+    /// How long a stream may send no report before it is ended (`idle_timeout`, default 60 s,
+    /// 10 s to 1 h): Envoy reports every 5 s; a client reporting less often (gRPC's A77
+    /// servers may) needs more.
+    pub idle_timeout: Duration,
 }
 
 impl Default for RlqsSettings {
@@ -30,6 +36,7 @@ impl Default for RlqsSettings {
             max_streams_per_peer: 16,
             max_buckets_per_stream: 10_000,
             usages_per_second: 5_000,
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -103,6 +110,17 @@ fn read_rlqs(raw: &RawRlqs, d: &RlqsSettings) -> Result<RlqsSettings, Located> {
             (1, 10_000_000),
             "Envoy reports each of its buckets every 5 s",
         )? as u32,
+        idle_timeout: bounded_duration(
+            "rlqs.idle_timeout",
+            raw.idle_timeout.as_ref(),
+            d.idle_timeout,
+            &Bounds {
+                min: Duration::from_secs(10),
+                max: Duration::from_secs(3600),
+                range: "10s and 1h",
+                example: "`60s` or `5m`",
+            },
+        )?,
     })
 }
 
@@ -136,6 +154,13 @@ mod tests {
             "{err}"
         );
         assert!(parse("allow_empty_rules: true\nrlqs:\n  reporting: 5\n").is_err());
+        let set = parse("allow_empty_rules: true\nrlqs:\n  idle_timeout: 5m\n").unwrap();
+        assert_eq!(set.idle_timeout, Duration::from_secs(300));
+        let err = parse("allow_empty_rules: true\nrlqs:\n  idle_timeout: 5s\n").unwrap_err();
+        assert!(
+            err.contains("rlqs.idle_timeout must be between 10s and 1h"),
+            "{err}"
+        );
     }
 
     #[test]

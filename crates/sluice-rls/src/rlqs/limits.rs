@@ -64,6 +64,7 @@ impl From<&sluice_config::RlqsSettings> for RlqsLimits {
             max_streams_per_peer: settings.max_streams_per_peer,
             max_buckets_per_stream: settings.max_buckets_per_stream,
             usages_per_second: settings.usages_per_second,
+            idle_timeout: settings.idle_timeout,
             ..Self::default()
         }
     }
