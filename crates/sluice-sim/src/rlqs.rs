@@ -195,10 +195,10 @@ impl<'a> Envoys<'a> {
             .any(|at| t >= at)
     }
 
-    /// The streams open to the instance that Envoy `node` reports to (`instances` of them).
-    fn open_streams(&self, node: usize, instances: usize) -> usize {
+    /// The streams open to the instance that Envoy `node` reports to.
+    fn open_streams(&self, node: usize, sluices: &Sluices<'_>) -> usize {
         (0..self.started.len())
-            .filter(|&i| i % instances == node % instances)
+            .filter(|&i| sluices.of(i) == sluices.of(node))
             .filter(|&i| self.started[i] && !self.gone[i])
             .count()
     }
@@ -225,7 +225,7 @@ impl<'a> Envoys<'a> {
                     if self.sluice_down(at) || self.gone[node] {
                         continue;
                     }
-                    let streams = self.open_streams(node, sluices.doors.len());
+                    let streams = self.open_streams(node, sluices);
                     let actions = sluices.answer((node, streams, at), &usages, names);
                     let back = at + self.half_trip();
                     self.push(back, Event::Answer { node, actions });

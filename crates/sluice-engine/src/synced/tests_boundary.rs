@@ -92,7 +92,7 @@ fn a_boundary_reply_of_a_key_whose_usage_is_recorded_reads_again_far_below_its_l
     // instance whose flushes landed first summed parts of 1.06-1.14 with the other's and
     // windows went to 109 of 100 in the simulator; `sluice-sim/tests/rlqs.rs`.)
     let far = node_entry("other", 10, BOUNDARY - SECOND);
-    let r = after_a_boundary_reply_of(Usage::Recorded, 20, far.clone(), 0);
+    let r = after_a_boundary_reply_of(Usage::Recorded, 20, far, 0);
     assert!(r.take_early_from_reply());
     // The other has not flushed since the last boundary: nothing to wait for.
     let quiet = node_entry("other", 10, BOUNDARY - 2 * SPAN + SECOND);

@@ -118,8 +118,9 @@ async fn run(
             m = tokio::time::timeout(shared.limits.idle_timeout, reports.message()) => match m {
                 Ok(m) => m,
                 Err(_) => {
-                    // No report for this long: a peer gone without closing (a partition), or
-                    // one holding a slot. Ended without an answer: it may read nothing either.
+                    // No report for this long (Envoy reports every 5 s): a stream held open on
+                    // a connection kept busy by pings or other streams, taking a slot. Ended
+                    // without an answer: it may read nothing either.
                     tracing::debug!("rlqs stream ended: no report within its idle timeout");
                     break;
                 }
