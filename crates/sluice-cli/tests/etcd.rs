@@ -183,3 +183,37 @@ fn holds_the_limit(windows: &[u64], instances: &[&Serve]) {
     }
     assert!(windows[4..].iter().all(|&n| n <= 3), "{windows:?}");
 }
+
+/// A store that stalls past the flush timeout at one span boundary (SIGSTOP for 700 ms, as
+/// an overloaded machine's etcd did): the flush sent there fails after 500 ms, and the
+/// instances decide that span from what they knew before it. The window holds the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stalls_past_one_flush_keeps_the_window_within_its_limit() {
+    let etcd = Arc::new(EtcdCluster::start());
+    let store = format!("etcd://{}", etcd.endpoints().join(","));
+    let a = Serve::start("etcd-stall-a", &store, &[("edge.yaml", RULES)]);
+    let b = Serve::start("etcd-stall-b", &store, &[("edge.yaml", RULES)]);
+    let ports = [a.http, b.http];
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let _windows = common::align_to_window(Duration::from_secs(2)).await;
+    let tally = Tally::start(&etcd, "dave");
+    // The drive starts 20 ms into a window: windows 1 and 2 each get a stall at their middle
+    // boundary (1 s in), a few milliseconds before it.
+    let stalls = {
+        let etcd = etcd.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            for at in [2_950, 4_950] {
+                std::thread::sleep(Duration::from_millis(at).saturating_sub(start.elapsed()));
+                etcd.pause(0);
+                std::thread::sleep(Duration::from_millis(700));
+                etcd.resume(0);
+            }
+        })
+    };
+    let (sent, admitted) = drive(ports, "dave", 8).await;
+    stalls.join().expect("the stall thread");
+    let windows = tally.counted_once("dave", admitted).await;
+    eprintln!("etcd stalling: admitted per 2 s window {windows:?} (by send time {sent:?})");
+    holds_the_limit(&windows, &[&a, &b]);
+}

@@ -116,7 +116,16 @@ impl KeyState {
                 (now, store),
             );
         } else if self.seen_entries() && early {
-            if let Some(x) = shared {
+            // Right after a flush failed (the grace), the others' counts since their entries
+            // may still be on their way: the total says nothing of when they were counted,
+            // and dated now they would not be extrapolated over the gap. Their entries stay
+            // as they were; the estimate keeps the total as its floor. (A store that stalled
+            // past one boundary: the first retried flush to land read the other's entry
+            // from before the stall as its count now, and budgeted the room it did not
+            // have: 36 of 30 in the window.)
+            if let Some(x) = shared
+                && !x.in_grace(now)
+            {
                 x.rebase(p, self.others_read.into(), now);
             }
         } else if self.seen_entries() {
