@@ -202,9 +202,11 @@ async fn a_store_that_stalls_past_one_flush_keeps_the_window_within_its_limit() 
     let stalls = {
         let etcd = etcd.clone();
         std::thread::spawn(move || {
-            let start = std::time::Instant::now();
+            let clock = SystemClock::new();
+            let start = clock.now();
             for at in [2_950, 4_950] {
-                std::thread::sleep(Duration::from_millis(at).saturating_sub(start.elapsed()));
+                let due = start + at * 1_000_000;
+                std::thread::sleep(Duration::from_nanos(due.saturating_sub(clock.now())));
                 etcd.pause(0);
                 std::thread::sleep(Duration::from_millis(700));
                 etcd.resume(0);
