@@ -14,8 +14,11 @@
 //! several run it synced (`predictive`) on one store, flushed on their own timers as the
 //! simulated fleet's nodes are (fleet.rs), so each hands its Envoys its part of the room from
 //! what it has read of the others, a flush late, as `sluice serve` instances on one Redis do.
-//! The store's outages are Sluice unreachable: a report that lands in one is lost with its
-//! counts, as Envoy drops what it built while its stream was down.
+//! The store's outages are the store unreachable to the Sluice instances (one instance's
+//! local rule never asks it; several keep counting on what they last read of each other, as
+//! the synced policies' nodes do). `rlqs.unreachable` is Sluice unreachable to its Envoys: a
+//! report that lands in it is lost with its counts, as Envoy drops what it built while its
+//! stream was down.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -178,8 +181,8 @@ impl<'a> Envoys<'a> {
     fn sluice_down(&self, t: u64) -> bool {
         let secs = t / NS;
         self.s
-            .store
-            .outages
+            .rlqs
+            .unreachable
             .iter()
             .any(|&(a, b)| (a..b).contains(&secs))
     }
@@ -330,8 +333,8 @@ pub(crate) fn simulate_rlqs(
 }
 
 /// The Sluice instances of `s` as a fleet of their own: `rlqs.instances` nodes, up for the
-/// whole run and on true clocks, sharing a store that stays up (the scenario's nodes are its
-/// Envoys, and its outages make Sluice unreachable to them: `Envoys::sluice_down`).
+/// whole run and on true clocks, sharing a store with the scenario's outages (the scenario's
+/// nodes are its Envoys; `rlqs.unreachable` cuts them off Sluice: `Envoys::sluice_down`).
 fn sluice_fleet(s: &Scenario) -> Scenario {
     let mut fleet = s.clone();
     fleet.nodes = NodeSpec {
@@ -342,6 +345,5 @@ fn sluice_fleet(s: &Scenario) -> Scenario {
         crash_s: Vec::new(),
         expected: None,
     };
-    fleet.store.outages.clear();
     fleet
 }

@@ -321,7 +321,7 @@ impl Default for StoreSpec {
 }
 
 /// The `rlqs` policy: each node is an Envoy with the `rate_limit_quota` filter.
-#[derive(Clone, Copy, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RlqsSpec {
     /// Seconds between an Envoy's usage reports (Envoy 1.40 reports every 5 s whatever its
@@ -334,6 +334,13 @@ pub struct RlqsSpec {
     /// room. Default 1.
     #[serde(default = "one_instance")]
     pub instances: usize,
+    /// `[start_s, end_s)` spans in which the Envoys cannot reach Sluice (a partition, a
+    /// restarting balancer): a report sent then is lost with its counts, as Envoy 1.40 drops
+    /// what it built while its stream was down, and each Envoy keeps its last assignment.
+    /// (`store.outages` are the store unreachable to the Sluice instances, as for the other
+    /// policies.)
+    #[serde(default)]
+    pub unreachable: Vec<(u64, u64)>,
 }
 
 fn one_instance() -> usize {
@@ -349,6 +356,7 @@ impl Default for RlqsSpec {
         Self {
             report_interval_s: default_report_interval(),
             instances: one_instance(),
+            unreachable: Vec::new(),
         }
     }
 }
@@ -508,6 +516,14 @@ impl Scenario {
             && !(1..=64).contains(&r.value.instances)
         {
             return at(&r.referenced, "rlqs.instances must be between 1 and 64");
+        }
+        if let Some(r) = &raw.rlqs
+            && !r.value.unreachable.iter().all(|(a, b)| a < b)
+        {
+            return at(
+                &r.referenced,
+                "rlqs.unreachable spans are [start_s, end_s] with start_s < end_s",
+            );
         }
         Ok(Scenario {
             duration_s: raw.duration_s.value,

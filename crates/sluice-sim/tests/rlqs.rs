@@ -85,11 +85,15 @@ fn a_user_under_the_limit_is_not_locked_out() {
 }
 
 #[test]
-fn a_report_interval_out_of_range_is_refused_where_it_is_written() {
+fn a_report_interval_out_of_range_or_an_empty_span_is_refused_where_it_is_written() {
     let text = "duration_s: 10\nseed: 1\nrule: { limit: 10, window_s: 10 }\nnodes: { count: 1 }\ntraffic: []\nrlqs: { report_interval_s: 0 }\n";
     let e = Scenario::parse("bad.yaml", text).unwrap_err();
     assert_eq!(e.line, 6, "{e}");
     assert!(e.message.contains("rlqs.report_interval_s"), "{e}");
+    let text = text.replace("report_interval_s: 0", "unreachable: [[5, 5]]");
+    let e = Scenario::parse("bad.yaml", &text).unwrap_err();
+    assert_eq!(e.line, 6, "{e}");
+    assert!(e.message.contains("rlqs.unreachable"), "{e}");
 }
 
 #[test]
@@ -119,4 +123,57 @@ fn two_sluice_instances_hold_a_user_to_the_limit_as_the_split_turns() {
     }
     let mean = warm.iter().map(|(_, n)| *n as f64).sum::<f64>() / warm.len() as f64;
     assert!((93.0..=100.0).contains(&mean), "mean {mean}");
+}
+
+/// `store.outages` are the store unreachable to the Sluice instances, as for every policy:
+/// one instance's local rule never asks it, and several keep handing out parts of what they
+/// last read of each other; Envoys keep reporting. `rlqs.unreachable` is Sluice unreachable
+/// to its Envoys: their reports are lost with their counts (Envoy 1.40 drops them), and what
+/// they admitted meanwhile is handed out again after it.
+#[test]
+fn a_store_outage_is_the_stores_and_sluice_unreachable_loses_the_reports() {
+    // Three Envoys at twice a limit of 300 a minute, reporting every 5 s; the fault from
+    // 135 s to 165 s, in the middle of a window.
+    let outage = |instances: usize, fault: Fault| {
+        let (store, unreachable) = match fault {
+            Fault::StoreDown => ("store: { outages: [[135, 165]] }", ""),
+            Fault::SluiceUnreachable => ("", ", unreachable: [[135, 165]]"),
+        };
+        let text = format!(
+            "
+duration_s: 300
+seed: 3
+rule: {{ limit: 300, window_s: 60, spans: 12 }}
+nodes: {{ count: 3 }}
+traffic:
+  - steady: {{ rate: 10 }}
+{store}
+rlqs: {{ instances: {instances}{unreachable} }}
+policies: [rlqs]
+"
+        );
+        let report = run(&Scenario::parse("outage.yaml", &text).unwrap());
+        let p = &report.policies[0];
+        (p.over_max_pct, p.store_ops)
+    };
+    for instances in [1, 3] {
+        let (over, reports) = outage(instances, Fault::StoreDown);
+        assert!(
+            over <= 1.0,
+            "{instances} instance(s), store down: {over}% over"
+        );
+        // Every Envoy reports every 5 s through the outage: three Envoys, 300 s.
+        assert!(reports >= 170, "{instances} instance(s): {reports} reports");
+    }
+    // Sluice unreachable for 30 s: six reports of each Envoy lost, and the window over.
+    let (over, reports) = outage(1, Fault::SluiceUnreachable);
+    let (_, all) = outage(1, Fault::StoreDown);
+    assert!(reports + 15 <= all, "{reports} reports answered of {all}");
+    assert!(over > 5.0, "{over}% over with Sluice unreachable");
+}
+
+#[derive(Clone, Copy)]
+enum Fault {
+    StoreDown,
+    SluiceUnreachable,
 }
