@@ -54,6 +54,7 @@ async fn envoy_enforces_sluice_assignments_with_no_call_per_request() {
         (1.0..=3.0).contains(&reports),
         "{reports} reports for 302 requests"
     );
+    assert_eq!(metric(&sluice, "sluice_rlqs_streams_total"), 1.0);
     assert_eq!(
         metric(
             &sluice,
@@ -207,5 +208,14 @@ async fn two_envoys_hold_a_user_to_the_limit_by_demand() {
     assert!(
         reports <= requests / 50.0,
         "{reports} reports for {requests} requests"
+    );
+    // The RPCs: a stream per Envoy for the whole run, and no RLS call.
+    assert_eq!(metric(&sluice, "sluice_rlqs_streams_total"), 2.0);
+    assert_eq!(
+        metric(
+            &sluice,
+            "sluice_requests_total{door=\"grpc\",result=\"ok\"}"
+        ),
+        0.0
     );
 }

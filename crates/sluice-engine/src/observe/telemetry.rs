@@ -305,6 +305,12 @@ pub const METRIC_FAMILIES: &[MetricFamily] = &[
         PLAIN,
     ),
     family(
+        "sluice_rlqs_streams_total",
+        Counter,
+        "RLQS streams opened (StreamRateLimitQuotas calls taken; an Envoy holds one for as long as it runs, and opens another after a failed one).",
+        PLAIN,
+    ),
+    family(
         "sluice_rlqs_usage_total",
         Counter,
         "Requests Envoys reported as admitted on RLQS streams (label result: counted, in the same counters as every door; over, beyond the room and recorded all the same by synced rules; uncounted, beyond the room of a local or exact rule, which take no count without a decision).",

@@ -74,6 +74,7 @@ impl RateLimitQuotaGrpc {
             metrics::counter!("sluice_rlqs_refused_total", "reason" => full.reason()).increment(1);
             tonic::Status::resource_exhausted(full.to_string())
         })?;
+        metrics::counter!("sluice_rlqs_streams_total").increment(1);
         let (tx, rx) = mpsc::channel(RESPONSES_WAITING);
         let replies = Replies::new(tx, shared.limits.send_timeout, shared.stop.clone());
         tokio::spawn(run(shared.clone(), request.into_inner(), replies, slot));
