@@ -13,65 +13,31 @@ use sluice_testkit::{free_port, wait_until};
 use crate::common::{Serve, http_call};
 use crate::envoy::{self, get};
 
-/// Envoy with the `rate_limit_quota` filter: requests with `x-user-id` go to the bucket
-/// `{user: <its value>}` of domain `edge`; before the first assignment and after one expires,
-/// requests are let through (a Sluice that is down does not take the site down).
+/// Envoy with the `rate_limit_quota` filter: the shipped `examples/envoy-rlqs.yaml` on these
+/// ports. Requests with `x-user-id` go to the bucket `{user: <its value>}` of domain `edge`;
+/// before the first assignment and after one expires, requests are let through (a Sluice that
+/// is down does not take the site down).
 pub fn rlqs_envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
-    let head = envoy::head(listen, admin);
-    let clusters = envoy::clusters(upstream, sluice_grpc);
-    format!(
-        r#"
-{head}                stat_prefix: ingress
-                # A 429 answers at once (Envoy waits 1 s by default before closing after a
-                # local reply with `Connection: close`).
-                delayed_close_timeout: 0s
-                route_config:
-                  virtual_hosts:
-                    - name: all
-                      domains: ["*"]
-                      routes:
-                        - match: {{ prefix: "/" }}
-                          route: {{ cluster: upstream }}
-                http_filters:
-                  - name: envoy.filters.http.rate_limit_quota
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig
-                      domain: edge
-                      rlqs_server: {{ envoy_grpc: {{ cluster_name: sluice }} }}
-                      bucket_matchers:
-                        matcher_list:
-                          matchers:
-                            - predicate:
-                                single_predicate:
-                                  input:
-                                    name: user
-                                    typed_config:
-                                      "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                                      header_name: x-user-id
-                                  value_match: {{ safe_regex: {{ google_re2: {{}}, regex: ".+" }} }}
-                              on_match:
-                                action:
-                                  name: rate_limit_quota
-                                  typed_config:
-                                    "@type": type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaBucketSettings
-                                    bucket_id_builder:
-                                      bucket_id_builder:
-                                        user:
-                                          custom_value:
-                                            name: user
-                                            typed_config:
-                                              "@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput
-                                              header_name: x-user-id
-                                    reporting_interval: 5s
-                                    no_assignment_behavior:
-                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
-                                    expired_assignment_behavior:
-                                      fallback_rate_limit: {{ blanket_rule: ALLOW_ALL }}
-                  - name: envoy.filters.http.router
-                    typed_config:
-                      "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-{clusters}"#
-    )
+    let path =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy-rlqs.yaml");
+    let example = std::fs::read_to_string(&path).expect("examples/envoy-rlqs.yaml");
+    let mut config = example;
+    for (shipped, port) in [
+        (10000, listen),
+        (9901, admin),
+        (3000, upstream),
+        (8081, sluice_grpc),
+    ] {
+        let from = format!("port_value: {shipped} }}");
+        assert_eq!(
+            config.matches(&from).count(),
+            1,
+            "{from} in {}",
+            path.display()
+        );
+        config = config.replace(&from, &format!("port_value: {port} }}"));
+    }
+    config
 }
 
 /// A counter of Sluice's `/metrics` (0 when absent).
