@@ -3,6 +3,8 @@
 //! back.
 
 mod common;
+#[path = "common/pair.rs"]
+mod pair;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -11,46 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{Serve, http_call};
+use pair::{RULES, drive};
 use sluice_core::{Clock, SystemClock};
 use sluice_testkit::EtcdCluster;
-
-/// 30 per 2 s window, synced in 2 spans (a flush a second).
-const RULES: &str = "domain: edge
-descriptors:
-  - key: user
-    rate_limit: { window: 2s, requests_per_unit: 30, spans: 2 }
-";
-
-fn check(port: u16, user: &str) -> bool {
-    let body = format!(
-        r#"{{"domain":"edge","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
-    );
-    let (status, text) = http_call(port, "POST", "/json", &body);
-    assert!(status == 200 || status == 429, "{status}: {text}");
-    status == 200
-}
-
-/// 45 requests a second (1.5x the limit) for `secs`, alternately to the two instances;
-/// returns the admitted count per 2 s window by send time (a request sent late in a window
-/// can be decided in the next one when the machine is loaded), and the admitted total.
-async fn drive(ports: [u16; 2], user: &str, secs: u64) -> (Vec<usize>, u64) {
-    let clock = SystemClock::new();
-    let start = clock.now();
-    let mut admitted = vec![0; (secs / 2) as usize];
-    let mut total = 0;
-    for n in 0..45 * secs {
-        let due = start + n * 1_000_000_000 / 45;
-        tokio::time::sleep(Duration::from_nanos(due.saturating_sub(clock.now()))).await;
-        let w = ((clock.now() - start) / 2_000_000_000) as usize;
-        if check(ports[(n % 2) as usize], user) {
-            total += 1;
-            if let Some(count) = admitted.get_mut(w) {
-                *count += 1;
-            }
-        }
-    }
-    (admitted, total)
-}
 
 /// What the fleet counts for `user` in etcd, read every 400 ms while a drive runs (a
 /// window's counters expire with their lease a few seconds after it ends): per window, the
