@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use common::{Serve, http_call};
 use pair::{RULES, drive};
-use sluice_core::{Clock, SystemClock};
 use sluice_testkit::EtcdCluster;
 
 /// What the fleet counts for `user` in etcd, read every 400 ms while a drive runs (a
@@ -162,21 +161,9 @@ async fn a_store_that_stalls_past_one_flush_keeps_the_window_within_its_limit() 
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let _windows = common::align_to_window(Duration::from_secs(2)).await;
     let tally = Tally::start(&etcd, "dave");
-    // The drive starts 20 ms into a window: windows 1 and 2 each get a stall at their middle
-    // boundary (1 s in), a few milliseconds before it.
     let stalls = {
-        let etcd = etcd.clone();
-        std::thread::spawn(move || {
-            let clock = SystemClock::new();
-            let start = clock.now();
-            for at in [2_950, 4_950] {
-                let due = start + at * 1_000_000;
-                std::thread::sleep(Duration::from_nanos(due.saturating_sub(clock.now())));
-                etcd.pause(0);
-                std::thread::sleep(Duration::from_millis(700));
-                etcd.resume(0);
-            }
-        })
+        let (p, r) = (etcd.clone(), etcd.clone());
+        pair::stall_two_boundaries(move || p.pause(0), move || r.resume(0))
     };
     let (sent, admitted) = drive(ports, "dave", 8).await;
     stalls.join().expect("the stall thread");

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use common::{Serve, http_call};
 use pair::{RULES, drive};
-use sluice_core::{Clock, SystemClock};
 use sluice_testkit::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,21 +25,9 @@ async fn a_redis_that_stalls_past_one_flush_keeps_the_window_within_its_limit() 
     let ports = [a.http, b.http];
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let _windows = common::align_to_window(Duration::from_secs(2)).await;
-    // The drive starts 20 ms into a window: windows 1 and 2 each get a stall from 30 ms before
-    // their middle boundary (1 s in).
     let stalls = {
-        let redis = redis.clone();
-        std::thread::spawn(move || {
-            let clock = SystemClock::new();
-            let start = clock.now();
-            for at in [2_950, 4_950] {
-                let due = start + at * 1_000_000;
-                std::thread::sleep(Duration::from_nanos(due.saturating_sub(clock.now())));
-                redis.pause();
-                std::thread::sleep(Duration::from_millis(700));
-                redis.resume();
-            }
-        })
+        let (p, r) = (redis.clone(), redis.clone());
+        pair::stall_two_boundaries(move || p.pause(), move || r.resume())
     };
     let (sent, admitted) = drive(ports, "erin", 8).await;
     stalls.join().expect("the stall thread");

@@ -47,3 +47,23 @@ pub async fn drive(ports: [u16; 2], user: &str, secs: u64) -> (Vec<usize>, u64) 
     }
     (admitted, total)
 }
+
+/// Stalls the store with `pause` for 700 ms from 30 ms before the middle boundary (1 s in) of
+/// windows 1 and 2 of a drive started now (20 ms into a window), then `resume`s it: the
+/// flushes sent at those boundaries time out (500 ms).
+pub fn stall_two_boundaries(
+    pause: impl Fn() + Send + 'static,
+    resume: impl Fn() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let clock = SystemClock::new();
+        let start = clock.now();
+        for at in [2_950, 4_950] {
+            let due = start + at * 1_000_000;
+            std::thread::sleep(Duration::from_nanos(due.saturating_sub(clock.now())));
+            pause();
+            std::thread::sleep(Duration::from_millis(700));
+            resume();
+        }
+    })
+}
