@@ -17,6 +17,7 @@ descriptors:
     rate_limit: { window: 2s, requests_per_unit: 30, spans: 2 }
 ";
 
+/// One `/json` check of `user` on the instance at `port`: whether it was admitted.
 pub fn check(port: u16, user: &str) -> bool {
     let body = format!(
         r#"{{"domain":"edge","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#

@@ -20,8 +20,7 @@ use crate::envoy::{self, get};
 pub fn rlqs_envoy_config(listen: u16, admin: u16, upstream: u16, sluice_grpc: u16) -> String {
     let path =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy-rlqs.yaml");
-    let example = std::fs::read_to_string(&path).expect("examples/envoy-rlqs.yaml");
-    let mut config = example;
+    let mut config = std::fs::read_to_string(&path).expect("examples/envoy-rlqs.yaml");
     for (shipped, port) in [
         (10000, listen),
         (9901, admin),
