@@ -12,10 +12,14 @@
 //!   `tokens_per_fill`, `fill_interval`'s nanoseconds) keeps the bucket, any other makes a new
 //!   one (`shouldReplaceTokenBucket`); blanket rules allow or deny everything;
 //! - measured on the real Envoy 1.40, where the source read above says otherwise: a token
-//!   bucket that replaces another starts with the tokens the old one had left (at most its own
-//!   `max_tokens`), not full (a drained bucket replaced by one of 25 tokens refilling at 2.5 a
-//!   second admitted one request in three from the start; an idle one replaced, 400 at once);
-//!   a bucket's first token bucket starts full;
+//!   bucket that replaces another takes over the old one's clock (the time its tokens count
+//!   from), not full: its tokens are `min(max_tokens, (now - old time) x new rate)`. A drained
+//!   bucket replaced by one of a like rate starts about empty (replacements of buckets drained
+//!   at 7.5 requests a second, mid-window, admitted their refill alone: within a request, 30
+//!   of 30); replaced by one several times faster, the old one's fraction of a token becomes
+//!   a few (at a window's start, 0.4 a second to 3.3: 4 to 8 tokens of 16 to 26); an idle one
+//!   replaced, full (400 at once). A bucket's first token bucket starts full. (Traced with
+//!   `rlqs::two_envoys_hold_a_user_to_the_limit_by_demand` and `SLUICE_TEST_TRACE`.)
 //! - every assignment (a repeat too) restarts its expiry timer at its TTL
 //!   (`startActionExpirationTimer`); when it fires, the bucket takes its
 //!   `expired_assignment_behavior` (the cached token bucket is gone, so the next token bucket
@@ -56,16 +60,15 @@ impl TokenBucket {
         }
     }
 
-    /// A bucket of new numbers replacing `old` at `now`: with the tokens `old` has left, at
-    /// most its own `max_tokens`.
+    /// A bucket of new numbers replacing `old` at `now`: on `old`'s clock, at most its own
+    /// `max_tokens`.
     fn replacing(
         old: &TokenBucket,
         (max_tokens, tokens_per_fill, fill_interval_secs): (u32, u32, u64),
         now: u64,
     ) -> Self {
         let mut new = Self::full(max_tokens, tokens_per_fill, fill_interval_secs, now);
-        let left = old.tokens(now).min(new.max_tokens);
-        new.empty_at = now as f64 - left / new.rate;
+        new.empty_at = old.empty_at.max(new.empty_at);
         new
     }
 
@@ -258,7 +261,7 @@ mod tests {
     }
 
     #[test]
-    fn the_same_numbers_keep_the_bucket_and_new_numbers_keep_its_tokens() {
+    fn the_same_numbers_keep_the_bucket_and_new_numbers_keep_its_clock() {
         let (mut b, _) = EnvoyBucket::new(0, 1, 0);
         b.assign(TB, 0);
         assert_eq!(admitted(&mut b, 0, 500, 100), 2);
@@ -270,19 +273,28 @@ mod tests {
             fill_interval_secs: 10,
             ttl: sluice_rls::rlqs::ASSIGNMENT_TTL,
         };
-        // A replacing bucket keeps the old one's tokens (one, refilled since the drain), not
-        // its own three.
+        // A replacing bucket keeps the old one's clock (one token refilled since the drain at
+        // the same rate), not its own three.
         b.assign(other, NS);
         assert_eq!(admitted(&mut b, 1000, 1500, 100), 1);
+        // Twice the rate on the same clock: what the old one refilled counts double.
+        let faster = Assignment::TokenBucket {
+            max_tokens: 10,
+            tokens_per_fill: 20,
+            fill_interval_secs: 10,
+            ttl: sluice_rls::rlqs::ASSIGNMENT_TTL,
+        };
+        b.assign(faster, 2 * NS);
+        assert_eq!(admitted(&mut b, 2000, 2050, 10), 2);
         // After a blanket rule, a token bucket starts full.
         b.assign(
             Assignment::DenyAll {
                 ttl: sluice_rls::rlqs::ASSIGNMENT_TTL,
             },
-            2 * NS,
+            3 * NS,
         );
-        b.assign(other, 3 * NS);
-        assert_eq!(admitted(&mut b, 3000, 3500, 100), 3);
+        b.assign(other, 4 * NS);
+        assert_eq!(admitted(&mut b, 4000, 4500, 100), 3);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! trip drawn from `store.latency_ms`, and its answer reaches the Envoy after the other half.
 //! Sluice is the real door's code: `record` counts the usage in a real `Engine` and reads the
 //! room, the `DemandBook` gives the Envoy its share of the bucket's demand, `assign` sizes the
-//! token bucket, and `due` sends it only when it changed materially or needs renewing (the
+//! token bucket, and `answer` sends it only when it changed materially or needs renewing (the
 //! Envoy keeps the last one otherwise); only the stream around them (wire types, pace, bounds)
 //! is left out. One instance runs the rule in `mode: local`, which is exact for one instance;
 //! several run it synced (`predictive`) on one store, flushed on their own timers as the
@@ -26,7 +26,7 @@ use std::collections::{BinaryHeap, HashMap};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use sluice_config::RuleSet;
 use sluice_rls::RlsOptions;
-use sluice_rls::rlqs::{Asked, Assignment, Bucket, BucketKey, DemandBook, Sent, due, record};
+use sluice_rls::rlqs::{Asked, Assignment, Bucket, BucketKey, DemandBook, Reporter, Sent, record};
 
 use crate::envoy::{EnvoyBucket, Usage};
 use crate::fleet::{Fleet, LatencyDraw, NS, Timers, ready};
@@ -131,11 +131,16 @@ impl<'f> Sluices<'f> {
             let stream = node as u64 + 1;
             let now = engine.now();
             let door = &mut self.doors[i];
-            let assignment =
-                door.book
-                    .assignment(("sim", &key), (stream, true), (asked, room), now, streams);
             let previous = door.sent.get(&(node, u.key)).copied();
-            if due(previous, assignment, now) {
+            let reporter = Reporter {
+                stream,
+                keep: true,
+                holds: previous,
+            };
+            let answer = door
+                .book
+                .assignment(("sim", &key), reporter, (asked, room), now, streams);
+            if let Some(assignment) = answer.send {
                 door.sent.insert(
                     (node, u.key),
                     Sent {

@@ -100,12 +100,22 @@ pub fn load_phases(
         let first = clock.now() / window_ns;
         let mut admitted = vec![0u64; rates.len()];
         let mut next = clock.now();
+        let mut trace = std::env::var_os("SLUICE_TEST_TRACE").map(|dir| {
+            let path = std::path::Path::new(&dir).join(format!("{port}-{user}.log"));
+            std::io::BufWriter::new(std::fs::File::create(path).unwrap())
+        });
         loop {
-            let w = (clock.now() / window_ns - first) as usize;
+            let sent = clock.now();
+            let w = (sent / window_ns - first) as usize;
             let Some(rate) = rates.get(w) else {
                 return admitted;
             };
-            if get(port, "/", user).0 == 200 {
+            let code = get(port, "/", user).0;
+            if let Some(trace) = trace.as_mut() {
+                use std::io::Write as _;
+                let _ = writeln!(trace, "{sent} {} {code}", clock.now() - sent);
+            }
+            if code == 200 {
                 admitted[w] += 1;
             }
             next += Duration::from_secs_f64(1.0 / rate).as_nanos() as u64;

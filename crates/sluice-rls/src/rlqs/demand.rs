@@ -46,6 +46,7 @@ use sluice_core::Nanos;
 
 use super::bucket::BucketKey;
 use super::carry::{Carried, Unreported};
+use super::renew::{self, Sent};
 use super::sizing::{Assignment, REPORT_EVERY, Room, assign};
 
 /// A second.
@@ -59,17 +60,67 @@ pub const CARRIER_MEMORY: std::time::Duration = std::time::Duration::from_secs(6
 /// still gets a few requests, where a share of nothing was `DENY_ALL` until its next report.
 pub const EVEN_FLOOR: f64 = 0.1;
 
-/// What a stream's new assignment lets it admit until its next report: its refill, and its
-/// burst unless it denied requests since its previous report (its bucket was drained, and a
-/// replacing token bucket keeps only the old one's tokens: Envoy does not hand out the new
-/// burst again). Reserving the burst of drained streams held windows of steady traffic over
-/// the limit under 90% of it.
-fn claim(assignment: Assignment, asked: Asked) -> f64 {
-    if asked.denied > 0.0 {
-        assignment.refills(REPORT_EVERY)
+/// What a stream's Envoy can admit until its next report once it holds `after`, where it held
+/// `held` before the answer. A bucket it keeps (the same numbers, or nothing sent) goes on:
+/// about empty where it denied requests since its previous report (its refill), else up to
+/// its burst too. A new token bucket takes over the old one's clock in Envoy 1.40 (measured:
+/// drained buckets replaced mid-window admitted their refill alone, and at a window's start,
+/// where the rate jumps, a few tokens more): a drained one starts with the old one's fraction
+/// of a token at the new rate, at most a token per `new rate / old rate`; one that replaces
+/// no token bucket (a first one, or after a blanket rule) or one that was not drained starts
+/// full.
+fn claim(after: Assignment, held: Option<Assignment>, asked: Asked) -> f64 {
+    let refill = after.refills(REPORT_EVERY);
+    let whole = after.admits_at_most(REPORT_EVERY);
+    let drained = asked.denied > 0.0;
+    let claim = match held {
+        Some(old) if old.same_bucket(after) => {
+            if drained {
+                refill
+            } else {
+                whole
+            }
+        }
+        Some(old @ Assignment::TokenBucket { .. }) if drained => {
+            let second = std::time::Duration::from_secs(1);
+            let ratio = after.refills(second) / old.refills(second).max(1e-9);
+            refill + (whole - refill).min(ratio.ceil())
+        }
+        _ => whole,
+    };
+    if claim.is_finite() {
+        claim.clamp(0.0, 1e12)
     } else {
-        assignment.admits_at_most(REPORT_EVERY)
+        1e12
     }
+}
+
+/// What a claim made `age` ago has likely been spent of: its part of the report interval
+/// (all of it once the interval has passed, until the stream's report counts it).
+fn spent(claim: f64, age: Nanos) -> f64 {
+    let interval = REPORT_EVERY.as_nanos() as f64;
+    claim * (age as f64 / interval).min(1.0)
+}
+
+/// A stream reporting a bucket.
+#[derive(Clone, Copy, Debug)]
+pub struct Reporter {
+    /// The stream's id.
+    pub stream: u64,
+    /// Whether the stream holds the bucket (beyond its `max_buckets_per_stream` it does not:
+    /// its demand is read, not kept).
+    pub keep: bool,
+    /// The assignment last sent to it for the bucket (what its Envoy holds), and when.
+    pub holds: Option<Sent>,
+}
+
+/// A report's answer for one bucket.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Answer {
+    /// The stream's assignment now.
+    pub assignment: Assignment,
+    /// What the answer carries ([`renew::answer`]): nothing where Envoy keeps what it holds.
+    pub send: Option<Assignment>,
 }
 
 /// One stream's demand for one bucket.
@@ -214,41 +265,57 @@ impl DemandBook {
         now: Nanos,
         open_streams: usize,
     ) -> f64 {
-        self.update(bucket, stream, (asked, None), now, open_streams)
+        let (stream, keep) = stream;
+        let reporter = Reporter {
+            stream,
+            keep,
+            holds: None,
+        };
+        self.update(bucket, reporter, (asked, None), now, open_streams)
             .0
     }
 
-    /// Notes `stream`'s demand for a bucket (unless `keep` is false: a bucket the stream does
-    /// not hold; `open_streams` divides it evenly when the book is full), and returns its
-    /// assignment under `room`: its share of the room, and no more than the other streams'
-    /// assignments have left unclaimed. What another stream's last assignment lets it admit until its next report
-    /// (made within the last report interval) is out of the room until that report counts
-    /// it: two Envoys answered a moment apart each took their share of the same room, and
-    /// together more than it.
+    /// Notes the `reporter` stream's demand for a bucket (unless it does not hold the bucket;
+    /// `open_streams` divides it evenly when the book is full), and returns its answer under
+    /// `room`: its share of the room, and no more than the other streams' assignments have
+    /// left unclaimed. What another stream's Envoy can admit until its next report (answered
+    /// within the last report interval) is out of the room until that report counts it: two
+    /// Envoys answered a moment apart each took their share of the same room, and together
+    /// more than it.
     pub fn assignment(
         &self,
         bucket: (&str, &BucketKey),
-        stream: (u64, bool),
+        reporter: Reporter,
         (asked, room): (Asked, Room),
         now: Nanos,
         open_streams: usize,
-    ) -> Assignment {
-        let (_, assignment) = self.update(bucket, stream, (asked, Some(room)), now, open_streams);
-        assignment.unwrap_or(Assignment::AllowAll)
+    ) -> Answer {
+        let (_, answer) = self.update(bucket, reporter, (asked, Some(room)), now, open_streams);
+        answer.unwrap_or(Answer {
+            assignment: Assignment::AllowAll,
+            send: Some(Assignment::AllowAll),
+        })
     }
 
     fn update(
         &self,
         (domain, key): (&str, &BucketKey),
-        (stream, keep): (u64, bool),
+        reporter: Reporter,
         (asked, room): (Asked, Option<Room>),
         now: Nanos,
         open_streams: usize,
-    ) -> (f64, Option<Assignment>) {
+    ) -> (f64, Option<Answer>) {
+        let Reporter {
+            stream,
+            keep,
+            holds,
+        } = reporter;
         let even = 1.0 / open_streams.max(1) as f64;
         let interval = REPORT_EVERY.as_nanos() as u64;
         let stale_before = now.saturating_sub(3 * interval);
-        let claims_after = now.saturating_sub(interval);
+        // A claim stands until its stream's next report, due a report interval after it;
+        // half an interval more for one that comes late.
+        let claims_after = now.saturating_sub(interval + interval / 2);
         let forget_before = now.saturating_sub(CARRIER_MEMORY.as_nanos() as u64);
         let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
         if now.saturating_sub(book.swept) >= 3 * interval {
@@ -260,7 +327,16 @@ impl DemandBook {
         let entry = match book.keys.get_mut(&k) {
             Some(e) => e,
             None if !keep => &mut unkept,
-            None if full => return (even, room.map(|r| assign(Some(r), even))),
+            None if full => {
+                let answer = room.map(|r| {
+                    let assignment = assign(Some(r), even);
+                    Answer {
+                        assignment,
+                        send: renew::answer(holds, assignment, now),
+                    }
+                });
+                return (even, answer);
+            }
             None => book.keys.entry(k).or_insert(Entry::new(now)),
         };
         // A report covers at most the time since this stream's previous one (and a new
@@ -279,12 +355,18 @@ impl DemandBook {
         let streams = entry.demands.len() + 1;
         let own = asked.demand(streams);
         let others: f64 = fresh.iter().map(|d| d.per_second).sum();
-        let claimed: f64 = fresh
+        let claims: Vec<(f64, Nanos)> = fresh
             .iter()
             .filter(|d| d.at > claims_after)
-            .map(|d| d.claim)
-            .sum::<f64>()
-            + entry.unreported.at(now);
+            .map(|d| (d.claim, now.saturating_sub(d.at)))
+            .collect();
+        // What the other streams' Envoys can admit until their next reports, and what they
+        // have likely admitted of it since their last ones: no report counted that yet, so the
+        // room read now is short of it (two Envoys reporting a moment apart: the first to
+        // report would otherwise share out what the second had spent, and leave it nothing).
+        let unreported = entry.unreported.at(now);
+        let claimed = claims.iter().map(|(c, _)| c).sum::<f64>() + unreported;
+        let spent = claims.iter().map(|&(c, age)| spent(c, age)).sum::<f64>() + unreported;
         let carriers = (fresh.len() + stale.len() + 1) as f64;
         // A stale stream counts as much as this one's demand, at most its own last one: a
         // stream that asked for little (a rogue one reporting denials on someone's bucket,
@@ -303,23 +385,31 @@ impl DemandBook {
             entry.carried.add(allowed, seconds, r, now);
         }
         let room = room.map(|r| entry.carried.spendable(r, REPORT_EVERY, now));
-        let assignment = room.map(|r| {
-            let mine = assign(Some(r), share);
+        let answer = room.map(|r| {
+            let room_now = Room {
+                remaining: r.remaining.saturating_sub(spent.round() as u64),
+                ..r
+            };
+            let mine = assign(Some(room_now), share);
             let unclaimed = Room {
                 remaining: r.remaining.saturating_sub(claimed.ceil() as u64),
                 ..r
             };
             let left = assign(Some(unclaimed), 1.0);
             let at_most = |a: Assignment| a.admits_at_most(REPORT_EVERY);
-            let chosen = if at_most(left) < at_most(mine) {
+            let assignment = if at_most(left) < at_most(mine) {
                 left
             } else {
                 mine
             };
-            if asked.denied > 0.0 && !r.shared {
-                chosen.drained()
+            let assignment = if asked.denied > 0.0 && !r.shared {
+                assignment.drained()
             } else {
-                chosen
+                assignment
+            };
+            Answer {
+                assignment,
+                send: renew::answer(holds, assignment, now),
             }
         });
         if keep {
@@ -333,13 +423,17 @@ impl DemandBook {
                     0.0
                 },
                 at: now,
-                claim: assignment.map_or(0.0, |a| claim(a, asked).min(1e12)),
+                claim: answer.map_or(0.0, |a| {
+                    let held = holds.map(|h| h.assignment);
+                    let after = a.send.or(held).unwrap_or(a.assignment);
+                    claim(after, held, asked)
+                }),
                 window_ends: room.map_or(now, |r| {
                     now.saturating_add(r.reset_after.as_nanos().min(u64::MAX as u128) as u64)
                 }),
             });
         }
-        (share, assignment)
+        (share, answer)
     }
 
     /// Forgets a stream's demands for `keys` it abandoned or that no rule limits any more.

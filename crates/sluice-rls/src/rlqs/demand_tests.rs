@@ -13,6 +13,15 @@ fn key(user: &str) -> BucketKey {
         .key
 }
 
+/// Stream `stream`, holding the bucket, its Envoy holding no assignment for it yet.
+fn fresh(stream: u64) -> Reporter {
+    Reporter {
+        stream,
+        keep: true,
+        holds: None,
+    }
+}
+
 /// Admitted `allowed` per second, nothing denied.
 fn admitted(allowed: f64) -> Asked {
     Asked {
@@ -104,11 +113,12 @@ fn an_ended_stream_keeps_what_it_admitted_since_its_last_report_out_of_the_room(
     let admits = |book: &DemandBook, stream, (remaining, reset), now| {
         book.assignment(
             ("d", &k),
-            (stream, true),
+            fresh(stream),
             (admitted(4.0), room(remaining, reset)),
             now,
             2,
         )
+        .assignment
         .admits_at_most(REPORT_EVERY)
     };
     let (forgot, kept) = (DemandBook::new(10), DemandBook::new(10));
@@ -152,16 +162,16 @@ fn a_reports_claimed_seconds_are_capped_by_the_time_since_its_last() {
             rule_rate: 5.0,
             seconds: 5.0,
         };
-        book.assignment(("d", &k), (1, true), (first, room(60, 4)), 96 * S, 1);
+        book.assignment(("d", &k), fresh(1), (first, room(60, 4)), 96 * S, 1);
         let asked = Asked {
             allowed: 50.0 / seconds,
             denied: 0.0,
             rule_rate: 5.0,
             seconds,
         };
-        book.assignment(("d", &k), (1, true), (asked, room(50, 19)), 101 * S, 1);
-        let last = book.assignment(("d", &k), (1, true), (first, room(10, 4)), 116 * S, 1);
-        last.admits_at_most(REPORT_EVERY)
+        book.assignment(("d", &k), fresh(1), (asked, room(50, 19)), 101 * S, 1);
+        let last = book.assignment(("d", &k), fresh(1), (first, room(10, 4)), 116 * S, 1);
+        last.assignment.admits_at_most(REPORT_EVERY)
     };
     let (honest, liar) = (tail(5.0), tail(1000.0));
     assert!(liar <= honest + 2.0, "{liar} vs {honest}");
@@ -215,4 +225,96 @@ fn stale_and_unheld_demands_do_not_stay_in_the_book() {
     // An abandoned bucket is forgotten at once.
     book.forget("d", 1, [key("c")].into_iter());
     assert_eq!(book.len(), 0);
+}
+
+#[test]
+fn a_new_bucket_is_claimed_whole_and_a_kept_drained_one_its_refill() {
+    // Stream 1 (4/s admitted, 4/s denied) takes 85% of the room by demand; stream 2, answered
+    // a moment later, reports twice its earlier demand, so the two shares add up to 1.5.
+    let k = key("alice");
+    let book_with_history = || {
+        let book = DemandBook::new(10);
+        book.share(("d", &k), (1, true), report(8.0, 0.0, 5.0), S, 2);
+        book.share(("d", &k), (2, true), report(1.0, 0.0, 5.0), S, 2);
+        book
+    };
+    let second = |book: &DemandBook| {
+        book.assignment(
+            ("d", &k),
+            fresh(2),
+            (report(8.0, 8.0, 5.0), room(60, 14)),
+            10 * S + 1_000_000,
+            2,
+        )
+        .assignment
+        .admits_at_most(REPORT_EVERY)
+    };
+    // Sent new numbers, Envoy 1 has a full bucket: its burst and refill are out of the room.
+    let sent = book_with_history();
+    let first = sent.assignment(
+        ("d", &k),
+        fresh(1),
+        (report(4.0, 4.0, 5.0), room(60, 14)),
+        10 * S,
+        2,
+    );
+    assert!(first.send.is_some());
+    let whole = first.assignment.admits_at_most(REPORT_EVERY);
+    assert!((45.0..=51.0).contains(&whole), "{first:?}");
+    let after_sent = second(&sent);
+    assert!(whole + after_sent <= 60.0, "{whole} + {after_sent}");
+    // The same numbers again: Envoy 1 keeps its drained bucket, which admits its refill.
+    let kept = book_with_history();
+    let holds = Some(Sent {
+        assignment: first.assignment,
+        at: 9 * S,
+    });
+    let again = kept.assignment(
+        ("d", &k),
+        Reporter {
+            stream: 1,
+            keep: true,
+            holds,
+        },
+        (report(4.0, 4.0, 5.0), room(60, 14)),
+        10 * S,
+        2,
+    );
+    assert_eq!(again.send, None);
+    let refill = first.assignment.refills(REPORT_EVERY);
+    let after_kept = second(&kept);
+    assert!(
+        after_kept > after_sent + 20.0,
+        "{after_kept} vs {after_sent}"
+    );
+    assert!(refill + after_kept <= 60.0, "{refill} + {after_kept}");
+}
+
+#[test]
+fn a_drained_envoy_sent_new_numbers_is_counted_for_its_old_clock_at_the_new_rate() {
+    let tb = |max_tokens, tokens_per_fill| Assignment::TokenBucket {
+        max_tokens,
+        tokens_per_fill,
+        fill_interval_secs: 10,
+        ttl: super::super::sizing::ASSIGNMENT_TTL,
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+    let drained = report(4.0, 4.0, 5.0);
+    // 3.3 a second, 24 deep: 16.5 refilled over a report interval, 40.5 in all.
+    let new = tb(24, 33);
+    // From 0.4 a second, the old bucket's fraction of a token is up to 8.25 at the new rate.
+    let c = claim(new, Some(tb(1, 4)), drained);
+    assert!(close(c, 16.5 + 9.0), "{c}");
+    // From a like rate, about a token.
+    let c = claim(new, Some(tb(2, 30)), drained);
+    assert!(close(c, 16.5 + 2.0), "{c}");
+    // Kept (the same numbers): its refill where drained, all of it where not.
+    assert!(close(claim(new, Some(new), drained), 16.5));
+    assert!(close(claim(new, Some(new), report(4.0, 0.0, 5.0)), 40.5));
+    // A first token bucket, or one after a blanket rule, starts full.
+    let deny = Assignment::DenyAll {
+        ttl: super::super::sizing::ASSIGNMENT_TTL,
+    };
+    assert!(close(claim(new, Some(deny), drained), 40.5));
+    assert!(close(claim(new, None, drained), 40.5));
 }

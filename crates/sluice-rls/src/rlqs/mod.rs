@@ -30,9 +30,9 @@ mod usage;
 mod wire;
 
 pub use bucket::{Bucket, BucketKey, Refused};
-pub use demand::{Asked, DemandBook};
+pub use demand::{Answer, Asked, DemandBook, Reporter};
 pub use limits::RlqsLimits;
-pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN, Sent, due};
+pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN, Sent, answer, due};
 pub use server::{RlqsServer, rlqs_service};
 pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{

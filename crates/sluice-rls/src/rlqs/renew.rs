@@ -2,20 +2,22 @@
 //! would lapse before the next report has had a chance to renew them.
 //!
 //! Envoy keeps a bucket's token bucket when an assignment repeats its numbers (the protocol:
-//! the same strategy only extends the active assignment's time to live), and every action
-//! costs bytes on the stream and work in Envoy; a report needs no answer at all (answers are
-//! pushed on the stream when assignments change). So a bucket's action is sent when its
-//! assignment is new, changes kind (token bucket, `DENY_ALL`, `ALLOW_ALL`), changes its fill
-//! interval, or changes what it admits over a report interval (`max_tokens` plus the rate
-//! over 5 s): up by more than [`MATERIAL`] of what the previous one admitted, or down by
-//! more than [`MATERIAL_FALL`] (an Envoy kept on a larger one admits more than the room it
-//! was sized for; on a smaller one, less); or when the previous one has at most
-//! [`RENEW_WITHIN`] of its time to live left, so that it is renewed one whole report interval
-//! before it would lapse (a late or lost report leaves Envoy on it). A time to live alone
-//! (a token bucket's follows its window's end) is no change: sent at every report, the small
-//! rises kept back reached Envoy, and a Sluice outage in the simulator went 25% to 45% over.
-//! With a 20 s time to live and reports every 5 s, an unchanged assignment goes out every
-//! other report.
+//! the same strategy only extends the active assignment's time to live), and makes a new one
+//! for any other numbers; every action costs bytes on the stream and work in Envoy, and a
+//! report needs no answer at all (answers are pushed on the stream when assignments change).
+//! So a bucket's action is sent when its assignment is new, changes kind (token bucket,
+//! `DENY_ALL`, `ALLOW_ALL`), changes its fill interval, or changes what it admits over a report
+//! interval (`max_tokens` plus the rate over 5 s): up by more than [`MATERIAL`] of what the
+//! previous one admitted, or down by more than [`MATERIAL_FALL`] (an Envoy kept on a larger
+//! one admits more than the room it was sized for; on a smaller one, less); or when the
+//! previous one has at most [`RENEW_WITHIN`] of its time to live left, so that it is renewed
+//! one whole report interval before it would lapse (a late or lost report leaves Envoy on it).
+//! A renewal repeats the numbers Envoy holds with the new time to live: Envoy keeps its
+//! bucket, and Sluice knows what it holds (demand.rs counts a kept bucket as such). A time to
+//! live alone (a token bucket's follows its window's end) is no change: sent at every report,
+//! the small rises kept back reached Envoy, and a Sluice outage in the simulator went 25% to
+//! 45% over. With a 20 s time to live and reports every 5 s, an unchanged assignment goes out
+//! every other report.
 
 use std::time::Duration;
 
@@ -43,18 +45,26 @@ pub struct Sent {
     pub at: Nanos,
 }
 
-/// Whether `next` must be sent at `now`, after `previous` (none: never sent).
-pub fn due(previous: Option<Sent>, next: Assignment, now: Nanos) -> bool {
+/// What a report's answer carries for a bucket whose assignment is now `next`, after
+/// `previous` (none: never sent): `next` when it is new or changed materially, the numbers
+/// Envoy holds with `next`'s time to live when they are due for renewal, or nothing.
+pub fn answer(previous: Option<Sent>, next: Assignment, now: Nanos) -> Option<Assignment> {
     let Some(previous) = previous else {
-        return true;
+        return Some(next);
     };
+    if material(previous.assignment, next) {
+        return Some(next);
+    }
     let expires = previous
         .at
         .saturating_add(previous.assignment.ttl().as_nanos() as u64);
-    if expires.saturating_sub(now) <= RENEW_WITHIN.as_nanos() as u64 {
-        return true;
-    }
-    material(previous.assignment, next)
+    (expires.saturating_sub(now) <= RENEW_WITHIN.as_nanos() as u64)
+        .then(|| previous.assignment.with_ttl(next.ttl()))
+}
+
+/// Whether `next` must be sent at `now`, after `previous` (none: never sent).
+pub fn due(previous: Option<Sent>, next: Assignment, now: Nanos) -> bool {
+    answer(previous, next, now).is_some()
 }
 
 /// Whether `next` differs materially from `previous`.
@@ -127,6 +137,26 @@ mod tests {
         assert!(due(sent(bucket(2, 36), 0), bucket(2, 34), 5 * S));
         assert!(!due(sent(bucket(2, 36), 0), bucket(2, 36), 5 * S));
         assert!(!due(sent(DENY, 0), DENY, 5 * S));
+    }
+
+    #[test]
+    fn a_renewal_repeats_the_numbers_envoy_holds() {
+        // A rise within a tenth is not sent; at the renewal, the held numbers go out with the
+        // new time to live, so that Envoy keeps its bucket.
+        let held = bucket(2, 36);
+        let next = Assignment::TokenBucket {
+            max_tokens: 2,
+            tokens_per_fill: 38,
+            fill_interval_secs: 10,
+            ttl: std::time::Duration::from_secs(27),
+        };
+        assert_eq!(answer(sent(held, 0), next, 5 * S), None);
+        let renewed = answer(sent(held, 0), next, 10 * S).expect("renewed");
+        assert!(renewed.same_bucket(held), "{renewed:?}");
+        assert_eq!(renewed.ttl(), std::time::Duration::from_secs(27));
+        // A material change goes out as it is.
+        let risen = bucket(2, 42);
+        assert_eq!(answer(sent(held, 0), risen, 5 * S), Some(risen));
     }
 
     #[test]

@@ -3,12 +3,12 @@
 //! Envoy 1.40 enforces two strategies: blanket rules and token buckets (it logs "not yet
 //! supported" for `requests_per_time_unit`). It reads a token bucket's rate as
 //! `tokens_per_fill / fill_interval` in whole seconds, refills it continuously, keeps its
-//! bucket when an assignment repeats the same numbers, and reports every 5 s. Its first token
-//! bucket for a bucket starts full; a token bucket that replaces another starts with the
-//! tokens the old one had left, at most its own `max_tokens` (measured: a drained bucket
-//! replaced by one of 25 tokens admitted only its refill), so a changed assignment does not
-//! hand out its burst again. Between two reports an Envoy admits at most `max_tokens +
-//! rate x 5 s`: the assignment is sized so that this never exceeds its allowance.
+//! bucket when an assignment repeats the same numbers, and reports every 5 s. A bucket's first
+//! token bucket starts full; one that replaces another takes over the old one's clock
+//! (measured, docs/RLQS.md): a drained bucket's replacement starts about empty, with a few
+//! tokens where its rate is several times the old one's, and an idle one's full. Between two
+//! reports an Envoy admits at most `max_tokens + rate x 5 s`: the assignment is sized so that
+//! this never exceeds its allowance.
 //!
 //! The rate is the window's pace: the room left spread over the whole report intervals left
 //! in it (a demand over the limit, drained at every report, is admitted exactly the room
@@ -126,12 +126,46 @@ impl Assignment {
         }
     }
 
+    /// Whether Envoy holding `self` keeps its bucket when it gets `other`: both token buckets
+    /// of the same numbers (Envoy compares those, not the time to live).
+    pub fn same_bucket(self, other: Assignment) -> bool {
+        let numbers = |a| match a {
+            Assignment::TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval_secs,
+                ..
+            } => Some((max_tokens, tokens_per_fill, fill_interval_secs)),
+            _ => None,
+        };
+        numbers(self).is_some() && numbers(self) == numbers(other)
+    }
+
+    /// The same numbers with time to live `ttl` (an allow-all keeps its own).
+    pub fn with_ttl(self, ttl: Duration) -> Self {
+        match self {
+            Assignment::AllowAll => Assignment::AllowAll,
+            Assignment::DenyAll { .. } => Assignment::DenyAll { ttl },
+            Assignment::TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval_secs,
+                ..
+            } => Assignment::TokenBucket {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval_secs,
+                ttl,
+            },
+        }
+    }
+
     /// The assignment of an Envoy whose bucket is drained (it denied requests since its last
     /// report): as deep as a second of its rate, if that is more. A replacing token bucket
-    /// starts with the tokens the old one had left (about none), so until the next report it
-    /// admits its refill whatever its depth; a bucket of one token wastes the refill that
-    /// comes while it is full, and clients arriving at random keep it full a fifth of the time
-    /// at three times its rate (a window of 100 admitted 85 to 93).
+    /// takes over the old one's clock (about empty), so until the next report it admits its
+    /// refill whatever its depth; a bucket of one token wastes the refill that comes while it
+    /// is full, and clients arriving at random keep it full a fifth of the time at three times
+    /// its rate (a window of 100 admitted 85 to 93).
     pub fn drained(self) -> Self {
         match self {
             Assignment::TokenBucket {
@@ -501,6 +535,21 @@ mod tests {
             ttl: ASSIGNMENT_TTL,
         };
         assert_eq!(deny.drained(), deny);
+    }
+
+    #[test]
+    fn a_renewal_keeps_the_numbers() {
+        let a = assign(Some(room(50, 12, 100, 20)), 1.0);
+        let renewed = a.with_ttl(Duration::from_secs(33));
+        assert_eq!(renewed.ttl(), Duration::from_secs(33));
+        assert_eq!(
+            renewed.admits_at_most(REPORT_EVERY),
+            a.admits_at_most(REPORT_EVERY)
+        );
+        assert_eq!(
+            Assignment::AllowAll.with_ttl(ASSIGNMENT_TTL),
+            Assignment::AllowAll
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use envoy_types::pb::google::protobuf::{Duration as PbDuration, UInt32Value};
 use sluice_engine::{Engine, EngineError};
 
 use super::bucket::{Bucket, BucketKey};
-use super::demand::Asked;
+use super::demand::{Answer, Asked, Reporter};
 use super::renew::{self, Sent};
 use super::replies::{Replies, StreamEnd};
 use super::shared::Shared;
@@ -209,30 +209,44 @@ impl QuotaStream {
         metrics::counter!("sluice_rlqs_usage_total", "result" => "over").increment(recorded.over);
         metrics::counter!("sluice_rlqs_usage_total", "result" => "uncounted")
             .increment(recorded.uncounted);
-        // Other Sluice instances serve other Envoys from the same room: the room carries this
-        // instance's part of it (`Engine::fleet_parts`), this stream's share is of this
-        // instance's demand.
-        let assignment = match recorded.room {
-            None => Assignment::AllowAll,
-            Some(room) => self.assignment(shared, engine, (domain, &key, held), usage, room),
-        };
-        tracing::debug!(
-            stream = self.id, domain, bucket = ?bucket.entries, allowed,
-            denied = usage.num_requests_denied, room = ?recorded.room, ?assignment,
-            "rlqs assignment"
-        );
         let now = engine.now();
         let previous = if held {
             self.buckets.get(&key).copied()
         } else {
             None
         };
+        // Other Sluice instances serve other Envoys from the same room: the room carries this
+        // instance's part of it (`Engine::fleet_parts`), this stream's share is of this
+        // instance's demand.
+        let answer = match recorded.room {
+            None => Answer {
+                assignment: Assignment::AllowAll,
+                send: renew::answer(previous, Assignment::AllowAll, now),
+            },
+            Some(room) => {
+                let reporter = Reporter {
+                    stream: self.id,
+                    keep: held,
+                    holds: previous,
+                };
+                self.assignment(shared, engine, (domain, &key), reporter, usage, room)
+            }
+        };
         let abandon = recorded.room.is_none()
             && previous.is_some_and(|p| p.assignment != Assignment::AllowAll);
-        let send = abandon || renew::due(previous, assignment, now);
+        let sent = if abandon {
+            Some(Assignment::AllowAll)
+        } else {
+            answer.send
+        };
+        tracing::debug!(
+            stream = self.id, domain, bucket = ?bucket.entries, allowed,
+            denied = usage.num_requests_denied, room = ?recorded.room,
+            assignment = ?answer.assignment, ?sent, "rlqs assignment"
+        );
         if abandon {
             self.buckets.remove(&key);
-        } else if held && send {
+        } else if let (true, Some(assignment)) = (held, sent) {
             self.buckets.insert(
                 key.clone(),
                 Sent {
@@ -247,26 +261,27 @@ impl QuotaStream {
                 .demand
                 .forget(domain, self.id, std::iter::once(key.clone()));
         }
-        let strategy = match (abandon, send) {
+        let strategy = match (abandon, sent) {
             (true, _) => "abandon",
-            (false, false) => "unchanged",
-            (false, true) => strategy_name(assignment),
+            (false, None) => "unchanged",
+            (false, Some(assignment)) => strategy_name(assignment),
         };
         metrics::counter!("sluice_rlqs_assignments_total", "strategy" => strategy).increment(1);
-        let action = send.then(|| action(usage.bucket_id.clone(), assignment, abandon));
+        let action = sent.map(|a| action(usage.bucket_id.clone(), a, abandon));
         Ok((action, recorded.calls))
     }
 
-    /// This stream's assignment: its share of the bucket's demand on this instance, of what
-    /// the other streams have not claimed of `room`.
+    /// This stream's answer: its share of the bucket's demand on this instance, of what the
+    /// other streams have not claimed of `room`.
     fn assignment(
         &self,
         shared: &Shared,
         engine: &Engine,
-        (domain, key, held): (&str, &BucketKey, bool),
+        bucket: (&str, &BucketKey),
+        reporter: Reporter,
         usage: &BucketQuotaUsage,
         room: Room,
-    ) -> Assignment {
+    ) -> Answer {
         let elapsed = usage.time_elapsed.map_or(0.0, |d| {
             d.seconds.max(0) as f64 + f64::from(d.nanos.max(0)) / 1e9
         });
@@ -277,8 +292,8 @@ impl QuotaStream {
             room,
         );
         shared.demand.assignment(
-            (domain, key),
-            (self.id, held),
+            bucket,
+            reporter,
             (asked, room),
             engine.now(),
             shared.peers.total(),
