@@ -32,6 +32,11 @@
 //! admissions per second over the time since that report (at most a report interval), and no
 //! more than its assignment let it admit.
 //!
+//! Each stream's answer also notes its claim: what its Envoy can admit until its next report,
+//! as Envoy keeps its buckets ([`claim`]). Another stream's share is taken of the room less
+//! what the streams answered before it have likely admitted since ([`likely_spent`]: no report
+//! counted that yet), and no stream gets more than the others' claims leave.
+//!
 //! A stream's demands leave the book when it ends, when a bucket is abandoned or no longer
 //! limited, and after [`CARRIER_MEMORY`] (when the bucket is reported again, and in a sweep
 //! of the whole book at most once per three report intervals); a bucket a stream does not hold
@@ -66,7 +71,8 @@ pub const EVEN_FLOOR: f64 = 0.1;
 /// its burst too. A new token bucket takes over the old one's clock in Envoy 1.40 (measured:
 /// drained buckets replaced mid-window admitted their refill alone, and at a window's start,
 /// where the rate jumps, a few tokens more): a drained one starts with the old one's fraction
-/// of a token at the new rate, at most a token per `new rate / old rate`; one that replaces
+/// of a token at the new rate, at most `new rate / old rate` tokens (rounded up, and no more
+/// than its burst); one that replaces
 /// no token bucket (a first one, or after a blanket rule) or one that was not drained starts
 /// full.
 fn claim(after: Assignment, held: Option<Assignment>, asked: Asked) -> f64 {
@@ -95,11 +101,19 @@ fn claim(after: Assignment, held: Option<Assignment>, asked: Asked) -> f64 {
     }
 }
 
-/// What a claim made `age` ago has likely been spent of: its part of the report interval
-/// (all of it once the interval has passed, until the stream's report counts it).
-fn spent(claim: f64, age: Nanos) -> f64 {
+/// What a stream answered `age` ago has likely admitted since: the part of its `claim` it
+/// used last time (`used`: what its last report counted of what it could admit before it),
+/// over the part of the report interval gone (all of it once the interval has passed, until
+/// its report counts it). A stream that reports denials but admits nothing takes no more of
+/// the others' room through this than through its share.
+fn likely_spent(claim: f64, used: f64, age: Nanos) -> f64 {
     let interval = REPORT_EVERY.as_nanos() as f64;
-    claim * (age as f64 / interval).min(1.0)
+    let spent = claim * used.clamp(0.0, 1.0) * (age as f64 / interval).min(1.0);
+    if spent.is_finite() {
+        spent.max(0.0)
+    } else {
+        0.0
+    }
 }
 
 /// A stream reporting a bucket.
@@ -131,8 +145,12 @@ struct Demand {
     /// What it reported admitted, per second.
     allowed: f64,
     at: Nanos,
-    /// What the stream's assignment made at `at` lets it admit until its next report.
+    /// What its Envoy can admit until its next report, as it holds its bucket after the
+    /// answer at `at` ([`claim`]).
     claim: f64,
+    /// The part of its previous claim its report at `at` counted admitted (1 for a first
+    /// report: it may spend all of it).
+    used: f64,
     /// When the window of the report at `at` ends (`at` where no rule limits the bucket).
     window_ends: Nanos,
 }
@@ -278,10 +296,10 @@ impl DemandBook {
     /// Notes the `reporter` stream's demand for a bucket (unless it does not hold the bucket;
     /// `open_streams` divides it evenly when the book is full), and returns its answer under
     /// `room`: its share of the room, and no more than the other streams' assignments have
-    /// left unclaimed. What another stream's Envoy can admit until its next report (answered
-    /// within the last report interval) is out of the room until that report counts it: two
-    /// Envoys answered a moment apart each took their share of the same room, and together
-    /// more than it.
+    /// left unclaimed. What another stream's Envoy can admit until its next report (due a
+    /// report interval after its last answer; counted for half an interval more, in case it is
+    /// late) is out of the room until that report counts it: two Envoys answered a moment
+    /// apart each took their share of the same room, and together more than it.
     pub fn assignment(
         &self,
         bucket: (&str, &BucketKey),
@@ -310,6 +328,12 @@ impl DemandBook {
             keep,
             holds,
         } = reporter;
+        // An assignment past its time to live is gone from Envoy (its next token bucket starts
+        // full): nothing is held.
+        let holds = holds.filter(|h| {
+            h.at.saturating_add(h.assignment.ttl().as_nanos().min(u128::from(u64::MAX)) as u64)
+                > now
+        });
         let even = 1.0 / open_streams.max(1) as f64;
         let interval = REPORT_EVERY.as_nanos() as u64;
         let stale_before = now.saturating_sub(3 * interval);
@@ -347,6 +371,18 @@ impl DemandBook {
             .find(|d| d.stream == stream)
             .map_or(2 * interval, |d| now.saturating_sub(d.at).saturating_add(S))
             .min(2 * interval);
+        let used = entry
+            .demands
+            .iter()
+            .find(|d| d.stream == stream && d.claim > 0.0)
+            .map_or(1.0, |d| {
+                let counted = asked.allowed * asked.seconds.max(1.0);
+                if counted.is_finite() {
+                    (counted / d.claim).clamp(0.0, 1.0)
+                } else {
+                    1.0
+                }
+            });
         entry
             .demands
             .retain(|d| d.at >= forget_before && d.stream != stream);
@@ -355,18 +391,22 @@ impl DemandBook {
         let streams = entry.demands.len() + 1;
         let own = asked.demand(streams);
         let others: f64 = fresh.iter().map(|d| d.per_second).sum();
-        let claims: Vec<(f64, Nanos)> = fresh
+        let claims: Vec<&Demand> = fresh
             .iter()
+            .copied()
             .filter(|d| d.at > claims_after)
-            .map(|d| (d.claim, now.saturating_sub(d.at)))
             .collect();
         // What the other streams' Envoys can admit until their next reports, and what they
         // have likely admitted of it since their last ones: no report counted that yet, so the
         // room read now is short of it (two Envoys reporting a moment apart: the first to
         // report would otherwise share out what the second had spent, and leave it nothing).
         let unreported = entry.unreported.at(now);
-        let claimed = claims.iter().map(|(c, _)| c).sum::<f64>() + unreported;
-        let spent = claims.iter().map(|&(c, age)| spent(c, age)).sum::<f64>() + unreported;
+        let claimed = claims.iter().map(|d| d.claim).sum::<f64>() + unreported;
+        let spent = claims
+            .iter()
+            .map(|d| likely_spent(d.claim, d.used, now.saturating_sub(d.at)))
+            .sum::<f64>()
+            + unreported;
         let carriers = (fresh.len() + stale.len() + 1) as f64;
         // A stale stream counts as much as this one's demand, at most its own last one: a
         // stream that asked for little (a rogue one reporting denials on someone's bucket,
@@ -423,6 +463,7 @@ impl DemandBook {
                     0.0
                 },
                 at: now,
+                used,
                 claim: answer.map_or(0.0, |a| {
                     let held = holds.map(|h| h.assignment);
                     let after = a.send.or(held).unwrap_or(a.assignment);

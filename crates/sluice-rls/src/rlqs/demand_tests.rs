@@ -318,3 +318,89 @@ fn a_drained_envoy_sent_new_numbers_is_counted_for_its_old_clock_at_the_new_rate
     assert!(close(claim(new, Some(deny), drained), 40.5));
     assert!(close(claim(new, None, drained), 40.5));
 }
+
+#[test]
+fn what_another_stream_likely_spent_since_its_report_is_out_of_the_room_shared() {
+    // Two streams at 4/s admitted and 4/s denied each (they use all they get). Stream 1 was
+    // answered at 10 s; stream 2's share is taken of the room less what stream 1 likely
+    // admitted since: more of it the later stream 2 reports, all of it once stream 1's report
+    // interval has passed, and nothing once stream 1's claim has lapsed (1.5 intervals).
+    let k = key("alice");
+    let at = |age_ms: u64| {
+        let book = DemandBook::new(10);
+        let busy = report(4.0, 4.0, 5.0);
+        book.share(("d", &k), (1, true), busy, S, 2);
+        book.share(("d", &k), (2, true), busy, S, 2);
+        // Stream 1's second report: it used all it could (its first claim was its whole
+        // assignment, and it reported more than that).
+        book.assignment(("d", &k), fresh(1), (busy, room(80, 14)), 10 * S, 2);
+        book.assignment(
+            ("d", &k),
+            fresh(2),
+            (busy, room(80, 14)),
+            10 * S + age_ms * 1_000_000,
+            2,
+        )
+        .assignment
+        .admits_at_most(REPORT_EVERY)
+    };
+    let (fresh_, half, whole, late, lapsed) = (at(1), at(2_500), at(5_000), at(7_000), at(8_000));
+    assert!(half < fresh_ && whole < half, "{fresh_} {half} {whole}");
+    assert_eq!(late, whole);
+    assert!(lapsed > whole, "{lapsed} vs {whole}");
+}
+
+#[test]
+fn a_stream_that_admits_nothing_is_not_taken_to_have_spent_its_claim() {
+    // A rogue stream reports a million denials on a victim's bucket and admits nothing: it
+    // gets its bounded share, but the victim's room is not cut by what it could have spent
+    // since (an honest one that admits is).
+    let k = key("victim");
+    let victim_gets = |rogue_admits: f64, age_ms: u64| {
+        let book = DemandBook::new(10);
+        let rogue = report(rogue_admits, 1e6, 5.0);
+        book.share(("d", &k), (1, true), rogue, S, 2);
+        book.share(("d", &k), (2, true), report(8.0, 8.0, 5.0), S, 2);
+        book.assignment(("d", &k), fresh(1), (rogue, room(75, 15)), 10 * S, 2);
+        book.assignment(("d", &k), fresh(1), (rogue, room(75, 15)), 15 * S, 2);
+        book.assignment(
+            ("d", &k),
+            fresh(2),
+            (report(8.0, 8.0, 5.0), room(75, 14)),
+            15 * S + age_ms * 1_000_000,
+            2,
+        )
+        .assignment
+        .admits_at_most(REPORT_EVERY)
+    };
+    assert_eq!(victim_gets(0.0, 1), victim_gets(0.0, 4_000));
+    assert!(victim_gets(20.0, 4_000) < victim_gets(20.0, 1));
+}
+
+#[test]
+fn an_expired_assignment_is_not_held() {
+    // Envoy dropped an assignment past its time to live: the next one is sent, and counted
+    // as a first bucket (full).
+    let k = key("alice");
+    let book = DemandBook::new(10);
+    let drained = report(4.0, 4.0, 5.0);
+    let first = book.assignment(("d", &k), fresh(1), (drained, room(60, 14)), 10 * S, 1);
+    let holds = Some(Sent {
+        assignment: first.assignment,
+        at: 10 * S,
+    });
+    let reporter = Reporter {
+        stream: 1,
+        keep: true,
+        holds,
+    };
+    let ttl = first.assignment.ttl().as_nanos() as u64;
+    let later = book.assignment(
+        ("d", &k),
+        reporter,
+        (drained, room(60, 14)),
+        10 * S + ttl,
+        1,
+    );
+    assert!(later.send.is_some(), "{later:?}");
+}

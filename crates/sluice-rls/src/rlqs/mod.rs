@@ -32,7 +32,7 @@ mod wire;
 pub use bucket::{Bucket, BucketKey, Refused};
 pub use demand::{Answer, Asked, DemandBook, Reporter};
 pub use limits::RlqsLimits;
-pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN, Sent, answer, due};
+pub use renew::{MATERIAL, MATERIAL_FALL, RENEW_WITHIN, Sent, answer};
 pub use server::{RlqsServer, rlqs_service};
 pub use service::{RateLimitQuotaGrpc, ResponseStream};
 pub use sizing::{

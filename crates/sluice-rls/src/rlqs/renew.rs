@@ -62,11 +62,6 @@ pub fn answer(previous: Option<Sent>, next: Assignment, now: Nanos) -> Option<As
         .then(|| previous.assignment.with_ttl(next.ttl()))
 }
 
-/// Whether `next` must be sent at `now`, after `previous` (none: never sent).
-pub fn due(previous: Option<Sent>, next: Assignment, now: Nanos) -> bool {
-    answer(previous, next, now).is_some()
-}
-
 /// Whether `next` differs materially from `previous`.
 fn material(previous: Assignment, next: Assignment) -> bool {
     match (previous, next) {
@@ -108,6 +103,11 @@ mod tests {
             fill_interval_secs: 10,
             ttl: super::super::sizing::ASSIGNMENT_TTL,
         }
+    }
+
+    /// Whether `next` must be sent at `now`, after `previous` (none: never sent).
+    fn due(previous: Option<Sent>, next: Assignment, now: Nanos) -> bool {
+        answer(previous, next, now).is_some()
     }
 
     fn sent(assignment: Assignment, at: Nanos) -> Option<Sent> {

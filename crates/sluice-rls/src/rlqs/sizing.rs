@@ -389,7 +389,7 @@ mod tests {
     #[test]
     fn a_steady_demand_over_the_limit_is_admitted_the_limit_per_window() {
         // Reports 1 s after each 5 s mark of a 20 s window. A demand over the limit drains its
-        // bucket, and a replacing bucket keeps what the old one had left (nothing), so each
+        // bucket, and a replacing bucket on the old one's clock starts about empty, so each
         // interval admits the rate: the pace. The last interval's usage happens in this
         // window and is counted in the next.
         let mut carried = 0.0;
