@@ -188,7 +188,7 @@ impl EnvoyBucket {
                     numbers: old,
                     bucket,
                 },
-            ) if same_numbers(old, numbers) => Enforced::Bucket { numbers, bucket },
+            ) if old.same_bucket(numbers) => Enforced::Bucket { numbers, bucket },
             (
                 Assignment::TokenBucket {
                     max_tokens,
@@ -210,21 +210,6 @@ impl EnvoyBucket {
         };
         self.expires = now.saturating_add(a.ttl().as_nanos() as u64);
     }
-}
-
-/// Whether two token bucket assignments carry the same numbers (Envoy's
-/// `shouldReplaceTokenBucket` compares these, not the time to live).
-fn same_numbers(a: Assignment, b: Assignment) -> bool {
-    let numbers = |a| match a {
-        Assignment::TokenBucket {
-            max_tokens,
-            tokens_per_fill,
-            fill_interval_secs,
-            ..
-        } => Some((max_tokens, tokens_per_fill, fill_interval_secs)),
-        _ => None,
-    };
-    numbers(a).is_some() && numbers(a) == numbers(b)
 }
 
 #[cfg(test)]
