@@ -52,7 +52,7 @@ use sluice_core::Nanos;
 use super::bucket::BucketKey;
 use super::carry::{Carried, Unreported};
 use super::renew::{self, Sent};
-use super::sizing::{Assignment, REPORT_EVERY, Room, assign};
+use super::sizing::{Assignment, REPORT_EVERY, Room, allowance, assign};
 
 /// A second.
 const S: Nanos = 1_000_000_000;
@@ -114,6 +114,31 @@ fn likely_spent(claim: f64, used: f64, age: Nanos) -> f64 {
     } else {
         0.0
     }
+}
+
+/// The part of the spare room split evenly among the streams carrying a bucket, the rest by
+/// demand.
+const SPARE_EVEN: f64 = 0.5;
+
+/// A stream's share of `room`'s allowance where the streams together ask for less than it
+/// (`own` and `total` demands per second, over `carriers` streams): what its demand asks for
+/// over a report interval and an even part of the rest, so that every stream's demand is met
+/// and the spare room is split evenly (split by demand, it went mostly to the busiest stream,
+/// and a burst on a quiet one met a bucket of its tenth). Otherwise `share`, by demand.
+fn with_spare(room: Room, share: f64, (own, total): (f64, f64), carriers: f64) -> f64 {
+    let h = REPORT_EVERY.as_secs_f64();
+    let whole = allowance(room, REPORT_EVERY) * room.part.clamp(0.0, 1.0);
+    let asked = total * h;
+    if !(whole > 0.0 && asked < whole && carriers >= 1.0 && own.is_finite() && asked.is_finite()) {
+        return share;
+    }
+    let by_demand = if asked > 0.0 {
+        own * h / asked
+    } else {
+        1.0 / carriers
+    };
+    let spare = (whole - asked) * (SPARE_EVEN / carriers + (1.0 - SPARE_EVEN) * by_demand);
+    ((own * h + spare) / whole).clamp(0.0, 1.0)
 }
 
 /// A stream reporting a bucket.
@@ -430,6 +455,8 @@ impl DemandBook {
                 remaining: r.remaining.saturating_sub(spent.round() as u64),
                 ..r
             };
+            let share = with_spare(room_now, share, (own, others + own + returning), carriers);
+            let share = if new { share.min(even) } else { share };
             let mine = assign(Some(room_now), share);
             let unclaimed = Room {
                 remaining: r.remaining.saturating_sub(claimed.ceil() as u64),

@@ -404,3 +404,25 @@ fn an_expired_assignment_is_not_held() {
     );
     assert!(later.send.is_some(), "{later:?}");
 }
+
+#[test]
+fn spare_room_is_split_half_evenly_where_the_streams_ask_for_less() {
+    // 100 a 20 s window, all left: an allowance of 75 over the next report interval. Two
+    // streams asking 1 and 4 a second (5 and 20 over the interval) leave 50 spare: half of
+    // it evenly, half by demand.
+    let r = room(100, 20);
+    let quiet = with_spare(r, 0.0, (1.0, 5.0), 2.0);
+    let busy = with_spare(r, 0.0, (4.0, 5.0), 2.0);
+    assert!(
+        (quiet * 75.0 - (5.0 + 50.0 * (0.25 + 0.5 * 0.2))).abs() < 1e-9,
+        "{quiet}"
+    );
+    assert!(
+        (busy * 75.0 - (20.0 + 50.0 * (0.25 + 0.5 * 0.8))).abs() < 1e-9,
+        "{busy}"
+    );
+    assert!((quiet + busy - 1.0).abs() < 1e-9);
+    // Asking for the allowance or more: the share by demand stands.
+    assert_eq!(with_spare(r, 0.3, (6.0, 15.0), 2.0), 0.3);
+    assert_eq!(with_spare(r, 0.3, (f64::NAN, 1.0), 2.0), 0.3);
+}
