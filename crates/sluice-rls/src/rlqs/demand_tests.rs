@@ -426,3 +426,28 @@ fn spare_room_is_split_half_evenly_where_the_streams_ask_for_less() {
     assert_eq!(with_spare(r, 0.3, (6.0, 15.0), 2.0), 0.3);
     assert_eq!(with_spare(r, 0.3, (f64::NAN, 1.0), 2.0), 0.3);
 }
+
+#[test]
+fn rogue_streams_that_admit_nothing_leave_a_victim_its_demand_and_half_the_spare() {
+    // Ten rogue streams report a million denials each on a victim's bucket and admit nothing
+    // (each claims an even part of the rule's 5 a second: 0.45); the victim admits 2 a
+    // second. Together they ask for 32.7 over a report interval, less than the allowance of
+    // 75: the victim gets its own 10 and at least half the spare by demand (2 of 6.5).
+    let k = key("victim");
+    let book = DemandBook::new(100);
+    let rogue = report(0.0, 1e6, 5.0);
+    let victim = report(2.0, 0.0, 5.0);
+    for at in [S, 6 * S] {
+        for s in 1..=10 {
+            book.share(("d", &k), (s, true), rogue, at, 11);
+        }
+        book.share(("d", &k), (99, true), victim, at, 11);
+    }
+    let got = book
+        .assignment(("d", &k), fresh(99), (victim, room(100, 20)), 10 * S, 11)
+        .assignment
+        .admits_at_most(REPORT_EVERY);
+    let (asked, spare) = (5.0 * (2.0 + 10.0 * 5.0 / 11.0), 75.0 - 5.0 * (2.0 + 50.0 / 11.0));
+    let floor = 10.0 + 0.5 * spare * 10.0 / asked;
+    assert!(got >= floor - 1.0, "{got} vs {floor}");
+}
