@@ -447,7 +447,10 @@ fn rogue_streams_that_admit_nothing_leave_a_victim_its_demand_and_half_the_spare
         .assignment(("d", &k), fresh(99), (victim, room(100, 20)), 10 * S, 11)
         .assignment
         .admits_at_most(REPORT_EVERY);
-    let (asked, spare) = (5.0 * (2.0 + 10.0 * 5.0 / 11.0), 75.0 - 5.0 * (2.0 + 50.0 / 11.0));
+    let (asked, spare) = (
+        5.0 * (2.0 + 10.0 * 5.0 / 11.0),
+        75.0 - 5.0 * (2.0 + 50.0 / 11.0),
+    );
     let floor = 10.0 + 0.5 * spare * 10.0 / asked;
     assert!(got >= floor - 1.0, "{got} vs {floor}");
 }
