@@ -15,8 +15,8 @@
 //!   bucket that replaces another takes over the old one's clock (the time its tokens count
 //!   from), not full: its tokens are `min(max_tokens, (now - old time) x new rate)`. A drained
 //!   bucket replaced by one of a like rate starts about empty (replacements of buckets drained
-//!   at 7.5 requests a second, mid-window, admitted their refill alone: within a request, 30
-//!   of 30); replaced by one several times faster, the old one's fraction of a token becomes
+//!   at 7.5 requests a second, mid-window, admitted their refill alone: within a request, 35
+//!   of 35); replaced by one several times faster, the old one's fraction of a token becomes
 //!   a few (at a window's start, 0.4 a second to 3.3: 4 to 8 tokens of 16 to 26); an idle one
 //!   replaced, full (400 at once). A bucket's first token bucket starts full. (Traced with
 //!   `rlqs::two_envoys_hold_a_user_to_the_limit_by_demand` and `SLUICE_TEST_TRACE`.)

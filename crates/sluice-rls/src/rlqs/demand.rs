@@ -72,9 +72,8 @@ pub const EVEN_FLOOR: f64 = 0.1;
 /// drained buckets replaced mid-window admitted their refill alone, and at a window's start,
 /// where the rate jumps, a few tokens more): a drained one starts with the old one's fraction
 /// of a token at the new rate, at most `new rate / old rate` tokens (rounded up, and no more
-/// than its burst); one that replaces
-/// no token bucket (a first one, or after a blanket rule) or one that was not drained starts
-/// full.
+/// than its burst); one that replaces no token bucket (a first one, or after a blanket rule)
+/// or one that was not drained starts full.
 fn claim(after: Assignment, held: Option<Assignment>, asked: Asked) -> f64 {
     let refill = after.refills(REPORT_EVERY);
     let whole = after.admits_at_most(REPORT_EVERY);
@@ -122,9 +121,10 @@ const SPARE_EVEN: f64 = 0.5;
 
 /// A stream's share of `room`'s allowance where the streams together ask for less than it
 /// (`own` and `total` demands per second, over `carriers` streams): what its demand asks for
-/// over a report interval and an even part of the rest, so that every stream's demand is met
-/// and the spare room is split evenly (split by demand, it went mostly to the busiest stream,
-/// and a burst on a quiet one met a bucket of its tenth). Otherwise `share`, by demand.
+/// over a report interval and a part of the rest, [`SPARE_EVEN`] of it split evenly and the
+/// rest by demand, so that every stream's demand is met (split by demand alone, the spare went
+/// mostly to the busiest stream, and a burst on a quiet one met a bucket of its tenth).
+/// Otherwise `share`, by demand.
 fn with_spare(room: Room, share: f64, (own, total): (f64, f64), carriers: f64) -> f64 {
     let h = REPORT_EVERY.as_secs_f64();
     let whole = allowance(room, REPORT_EVERY) * room.part.clamp(0.0, 1.0);
@@ -355,10 +355,7 @@ impl DemandBook {
         } = reporter;
         // An assignment past its time to live is gone from Envoy (its next token bucket starts
         // full): nothing is held.
-        let holds = holds.filter(|h| {
-            h.at.saturating_add(h.assignment.ttl().as_nanos().min(u128::from(u64::MAX)) as u64)
-                > now
-        });
+        let holds = holds.filter(|h| h.expires() > now);
         let even = 1.0 / open_streams.max(1) as f64;
         let interval = REPORT_EVERY.as_nanos() as u64;
         let stale_before = now.saturating_sub(3 * interval);

@@ -249,7 +249,8 @@ fn a_new_bucket_is_claimed_whole_and_a_kept_drained_one_its_refill() {
         .assignment
         .admits_at_most(REPORT_EVERY)
     };
-    // Sent new numbers, Envoy 1 has a full bucket: its burst and refill are out of the room.
+    // Envoy 1's first token bucket (it held none): full, so its burst and refill are out of
+    // the room.
     let sent = book_with_history();
     let first = sent.assignment(
         ("d", &k),

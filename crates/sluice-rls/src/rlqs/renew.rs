@@ -45,6 +45,14 @@ pub struct Sent {
     pub at: Nanos,
 }
 
+impl Sent {
+    /// When Envoy drops it (the engine's clock).
+    pub fn expires(&self) -> Nanos {
+        let ttl = u64::try_from(self.assignment.ttl().as_nanos()).unwrap_or(u64::MAX);
+        self.at.saturating_add(ttl)
+    }
+}
+
 /// What a report's answer carries for a bucket whose assignment is now `next`, after
 /// `previous` (none: never sent): `next` when it is new or changed materially, the numbers
 /// Envoy holds with `next`'s time to live when they are due for renewal, or nothing.
@@ -55,10 +63,7 @@ pub fn answer(previous: Option<Sent>, next: Assignment, now: Nanos) -> Option<As
     if material(previous.assignment, next) {
         return Some(next);
     }
-    let expires = previous
-        .at
-        .saturating_add(previous.assignment.ttl().as_nanos() as u64);
-    (expires.saturating_sub(now) <= RENEW_WITHIN.as_nanos() as u64)
+    (previous.expires().saturating_sub(now) <= RENEW_WITHIN.as_nanos() as u64)
         .then(|| previous.assignment.with_ttl(next.ttl()))
 }
 
