@@ -48,13 +48,43 @@ pub struct AdhocLimit {
 }
 
 /// A window as text (`"1m"`) or seconds (`60`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(untagged)]
 pub enum WindowSpec {
     /// Seconds.
     Seconds(u64),
     /// Text such as `90s`, `1m`, `1h30m`.
     Text(String),
+}
+
+// Read by hand rather than as an untagged enum: serde buffers an untagged value and tries
+// each variant in turn, building an error for every miss (on `/v1/acquire`, a formatted
+// error per request whose window is text).
+impl<'de> Deserialize<'de> for WindowSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Window;
+        impl serde::de::Visitor<'_> for Window {
+            type Value = WindowSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a duration such as \"1m\" or \"90s\", or a number of seconds")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<WindowSpec, E> {
+                Ok(WindowSpec::Seconds(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<WindowSpec, E> {
+                u64::try_from(v)
+                    .map(WindowSpec::Seconds)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<WindowSpec, E> {
+                Ok(WindowSpec::Text(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<WindowSpec, E> {
+                Ok(WindowSpec::Text(v))
+            }
+        }
+        deserializer.deserialize_any(Window)
+    }
 }
 
 /// One ad-hoc limit: its shape and its keyed limiter.
@@ -315,6 +345,18 @@ mod tests {
             window: WindowSpec::Seconds(3600),
             burst: None,
             algorithm: None,
+        }
+    }
+
+    #[test]
+    fn a_window_is_read_as_seconds_or_as_text() {
+        let read = |json: &str| serde_json::from_str::<WindowSpec>(json);
+        assert_eq!(read("60").unwrap(), WindowSpec::Seconds(60));
+        assert_eq!(read("\"1m\"").unwrap(), WindowSpec::Text("1m".into()));
+        assert_eq!(read("\"1\\u0068\"").unwrap(), WindowSpec::Text("1h".into()));
+        for bad in ["-1", "1.5", "true", "null", "[60]", "{}"] {
+            let e = read(bad).unwrap_err().to_string();
+            assert!(e.contains("a number of seconds"), "{bad}: {e}");
         }
     }
 

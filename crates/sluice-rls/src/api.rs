@@ -228,8 +228,15 @@ impl ApiState {
     }
 }
 
+/// `{len}:{user}{len}:{item}`: lengths first, so no two pairs share a key.
 fn adhoc_key(user: &str, item: &str) -> String {
-    format!("{}:{user}{}:{item}", user.len(), item.len())
+    let (mut u, mut i) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (u, i) = (u.format(user.len()), i.format(item.len()));
+    let mut key = String::with_capacity(u.len() + i.len() + user.len() + item.len() + 2);
+    for part in [u, ":", user, i, ":", item] {
+        key.push_str(part);
+    }
+    key
 }
 
 fn millis(d: Duration) -> u64 {
@@ -258,8 +265,16 @@ pub(crate) async fn acquire(
     State(state): State<Arc<ApiState>>,
     body: Bytes,
 ) -> Result<Json<AcquireResponse>, RequestError> {
-    let request: AcquireRequest = parse_json(&body)?;
-    Ok(Json(state.acquire(&request).await?))
+    Ok(Json(acquire_answer(&state, &body).await?))
+}
+
+/// `POST /v1/acquire`'s answer to `body`, whichever way the request came in.
+pub(crate) async fn acquire_answer(
+    state: &ApiState,
+    body: &[u8],
+) -> Result<AcquireResponse, RequestError> {
+    let request: AcquireRequest = parse_json(body)?;
+    state.acquire(&request).await
 }
 
 /// `POST /v1/acquire/batch`: `{"requests": [acquire, ...]}` -> `{"results": [...]}`; a bad
@@ -323,4 +338,14 @@ pub(crate) async fn refill(
     Ok(Json(
         serde_json::json!({ "refilled": refilled > 0, "rules": refilled }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn adhoc_keys_lead_with_the_lengths() {
+        assert_eq!(super::adhoc_key("alice", "reports"), "5:alice7:reports");
+        assert_eq!(super::adhoc_key("a:1", ""), "3:a:10:");
+        assert_ne!(super::adhoc_key("a", "1:b"), super::adhoc_key("a1", ":b"));
+    }
 }

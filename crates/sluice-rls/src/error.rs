@@ -1,4 +1,3 @@
-use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sluice_engine::EngineError;
@@ -23,7 +22,7 @@ impl RequestError {
         RequestError::Invalid(message.into())
     }
 
-    fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             RequestError::Invalid(_) => StatusCode::BAD_REQUEST,
             RequestError::UnknownDomain(_) => StatusCode::NOT_FOUND,
@@ -103,7 +102,7 @@ pub(crate) fn check_entries<'a>(
     Ok(())
 }
 
-pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, RequestError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, RequestError> {
     serde_json::from_slice(body)
         .map_err(|e| RequestError::invalid(format!("invalid JSON body: {e}")))
 }

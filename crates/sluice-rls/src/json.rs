@@ -54,7 +54,16 @@ pub(crate) async fn should_rate_limit(
     State(state): State<Arc<ApiState>>,
     body: Bytes,
 ) -> Result<(axum::http::StatusCode, Json<Value>), RequestError> {
-    let request: JsonRequest = parse_json(&body)?;
+    let (status, out) = answer(&state, &body).await?;
+    Ok((status, Json(out)))
+}
+
+/// `POST /json`'s status and answer to `body`, whichever way the request came in.
+pub(crate) async fn answer(
+    state: &ApiState,
+    body: &[u8],
+) -> Result<(axum::http::StatusCode, Value), RequestError> {
+    let request: JsonRequest = parse_json(body)?;
     let grpc = RateLimitRequest {
         domain: request.domain,
         descriptors: request
@@ -111,7 +120,7 @@ pub(crate) async fn should_rate_limit(
         Ok(Code::Ok) => axum::http::StatusCode::OK,
         _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
     };
-    Ok((status, Json(out)))
+    Ok((status, out))
 }
 
 /// A protobuf `Duration` as protobuf's JSON mapping writes it: seconds with 0, 3, 6 or 9

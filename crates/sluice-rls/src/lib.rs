@@ -16,6 +16,7 @@ mod adhoc_arrivals;
 mod api;
 mod error;
 mod grpc;
+mod hot;
 mod json;
 mod metadata;
 pub mod rlqs;
@@ -29,6 +30,7 @@ pub use adhoc::AdhocLimit;
 pub use api::{AcquireRequest, AcquireResponse, ApiDescriptor, ApiEntry, RefillRequest};
 pub use error::RequestError;
 pub use grpc::{RateLimitGrpc, grpc_service, grpc_service_shared};
+pub use hot::{HotRoute, HotRoutes};
 
 /// The engine in use; `sluice serve` stores a new one on reload.
 pub type SharedEngine = Arc<ArcSwap<Engine>>;
@@ -82,13 +84,22 @@ pub fn http_router(engine: SharedEngine, options: RlsOptions) -> axum::Router {
 
 /// [`http_router`] with options the caller may swap while it serves.
 pub fn http_router_shared(engine: SharedEngine, options: SharedOptions) -> axum::Router {
+    http_api(engine, options).0
+}
+
+/// [`http_router_shared`] and its [`HotRoutes`] over the same state (one table of ad-hoc
+/// limits, one engine): a listener may answer the hot routes itself and hand the rest to the
+/// router.
+pub fn http_api(engine: SharedEngine, options: SharedOptions) -> (axum::Router, HotRoutes) {
     let max_body = options.load().max_body;
     let state = Arc::new(api::ApiState::new(engine, options));
-    axum::Router::new()
+    let hot = HotRoutes::new(state.clone(), max_body);
+    let router = axum::Router::new()
         .route("/json", axum::routing::post(json::should_rate_limit))
         .route("/v1/acquire", axum::routing::post(api::acquire))
         .route("/v1/acquire/batch", axum::routing::post(api::acquire_batch))
         .route("/v1/refill", axum::routing::post(api::refill))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
-        .with_state(state)
+        .with_state(state);
+    (router, hot)
 }

@@ -46,8 +46,14 @@ impl Token {
         Ok(Self(Arc::from(token.as_bytes())))
     }
 
+    /// A token of these bytes, for tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(token: &[u8]) -> Self {
+        Self(Arc::from(token))
+    }
+
     /// Whether an `authorization` header value carries this token.
-    fn accepts(&self, header: Option<&[u8]>) -> bool {
+    pub(crate) fn accepts(&self, header: Option<&[u8]>) -> bool {
         let Some(presented) = header.and_then(|h| {
             h.strip_prefix(b"Bearer ")
                 .or_else(|| h.strip_prefix(b"bearer "))

@@ -82,6 +82,7 @@ pub(crate) fn start(
             );
             let http = workers::Http {
                 router,
+                hot: None,
                 limits: gateway_limits.clone(),
                 cap: cap.clone(),
                 tls: tls.cloned(),

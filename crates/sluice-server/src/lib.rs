@@ -20,6 +20,7 @@ mod gateway_workers;
 mod geo;
 mod guarded;
 mod host_check;
+mod hot_lane;
 mod key_mask;
 mod lifecycle;
 mod listener;

@@ -12,6 +12,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use http::StatusCode;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use sluice_config::ListenerLimits;
@@ -22,6 +23,7 @@ use tower::ServiceExt as _;
 
 use crate::admission::{Admission, Refusal};
 use crate::guarded::{ConnectionCap, Guarded};
+use crate::hot_lane::HotLane;
 use crate::tls::{Conn, handshake};
 
 /// The router behind the request-level defences: its body read first (`admission`: within
@@ -46,7 +48,8 @@ pub(crate) fn protect(
         )
 }
 
-fn overload_response(e: &tower::BoxError, timeout: Duration) -> Response {
+/// The answer to a request the listener's defences refused, or that ran past the timeout.
+pub(crate) fn overload_response(e: &tower::BoxError, timeout: Duration) -> Response {
     let (status, message) = if let Some(refusal) = e.downcast_ref::<Refusal>() {
         let status = match refusal {
             Refusal::Busy => StatusCode::SERVICE_UNAVAILABLE,
@@ -126,6 +129,7 @@ async fn next_connection(
 pub(crate) async fn serve_http(
     listener: TcpListener,
     router: axum::Router,
+    hot: Option<Arc<HotLane>>,
     limits: ListenerLimits,
     cap: ConnectionCap,
     tls: Option<TlsAcceptor>,
@@ -138,12 +142,24 @@ pub(crate) async fn serve_http(
             _ = stop.wait_for(|s| *s) => break,
             next = next_connection(&listener, &cap, limits.idle_timeout) => next,
         };
-        let router = router.clone();
-        let service =
-            hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+        let (router, hot) = (router.clone(), hot.clone());
+        let service = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+            let (router, hot) = (router.clone(), hot.clone());
+            async move {
+                let hot = hot
+                    .as_deref()
+                    .and_then(|lane| Some((lane, lane.route(&req)?)));
+                let mut req = match hot {
+                    Some((lane, route)) => match lane.serve(route, req).await {
+                        Ok(response) => return Ok(response),
+                        Err(req) => req,
+                    },
+                    None => req.map(axum::body::Body::new),
+                };
                 req.extensions_mut().insert(ConnectInfo(peer));
-                router.clone().oneshot(req)
-            });
+                router.oneshot(req).await
+            }
+        });
         let (builder, tls, watcher) = (builder.clone(), tls.clone(), graceful.watcher());
         let (handshake_timeout, listener_name) = (limits.header_read_timeout, cap.listener());
         tokio::spawn(async move {

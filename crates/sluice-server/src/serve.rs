@@ -29,6 +29,7 @@ use crate::admin::{admin_router, with_token};
 use crate::admission::{Admission, Buffering, Door, Doors};
 use crate::error::{Result, ServerError};
 use crate::guarded::ConnectionCap;
+use crate::hot_lane::HotLane;
 use crate::lifecycle::{keep_spill, open_state, wait_for_termination};
 use crate::listener::{connection_budget, guarded_incoming, protect, serve_http};
 use crate::service::Service;
@@ -353,17 +354,24 @@ impl FrontDoors {
         listeners: Vec<std::net::TcpListener>,
         access: &Access,
     ) -> Result<tokio::task::JoinSet<Result<()>>> {
-        let router = with_token(
-            sluice_rls::http_router_shared(self.engine.clone(), self.rls_options.clone()),
+        let (router, hot) = sluice_rls::http_api(self.engine.clone(), self.rls_options.clone());
+        let router = with_token(router, access.api_token.clone());
+        let admission = self.admission("http", Door::Http);
+        let hot = Arc::new(HotLane::new(
+            hot,
+            admission.clone(),
             access.api_token.clone(),
-        );
-        let router = protect(router, &self.limits, self.admission("http", Door::Http))
+            self.limits.request_timeout,
+            self.limits.max_body_bytes,
+        ));
+        let router = protect(router, &self.limits, admission)
             .layer(axum::middleware::from_fn(crate::door_metrics::count_api));
         let cap = ConnectionCap::new("http", self.max_connections);
         let mut set = tokio::task::JoinSet::new();
         for (i, listener) in listeners.into_iter().enumerate() {
             let http = crate::workers::Http {
                 router: router.clone(),
+                hot: Some(hot.clone()),
                 limits: self.limits.clone(),
                 cap: cap.clone(),
                 tls: access.http_tls.clone(),
@@ -391,6 +399,7 @@ impl FrontDoors {
         serve_http(
             listener,
             protect(router, &self.limits, self.admission("admin", Door::Http)),
+            None,
             self.limits.clone(),
             ConnectionCap::new("admin", self.limits.admin_max_connections),
             access.http_tls.clone(),

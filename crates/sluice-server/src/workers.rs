@@ -63,6 +63,8 @@ pub(crate) fn bind_workers(
 /// connection cap all its workers share, TLS and the stop signal.
 pub(crate) struct Http {
     pub router: axum::Router,
+    /// The API listener's hot lane (hot_lane.rs); none on a gateway.
+    pub hot: Option<std::sync::Arc<crate::hot_lane::HotLane>>,
     pub limits: ListenerLimits,
     pub cap: ConnectionCap,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
@@ -75,6 +77,7 @@ impl Http {
         serve_http(
             listener,
             self.router,
+            self.hot,
             self.limits,
             self.cap,
             self.tls,

@@ -100,6 +100,79 @@ where
     }
 }
 
+/// What of a body had arrived when [`read_ready`] looked.
+pub(crate) enum Ready<B> {
+    /// All of it, at most the limit.
+    Whole(Bytes),
+    /// Not all of it yet (or longer than the limit, or with trailers): the frames read and
+    /// the rest, for the listener's usual admission.
+    Later(Buffered<B>),
+    /// The client broke it off.
+    Broken,
+}
+
+/// Reads what of `body` has already arrived, without waiting and without a place in the
+/// waiting room: an API request's small body usually comes with its head, and then needs
+/// neither. Anything else comes back as [`Ready::Later`], nothing of it lost.
+pub(crate) fn read_ready<B>(mut body: B, limit: usize) -> Ready<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut frames = VecDeque::new();
+    let mut len = 0usize;
+    let whole = loop {
+        if body.is_end_stream() {
+            break true;
+        }
+        match Pin::new(&mut body).poll_frame(&mut cx) {
+            Poll::Ready(None) => break true,
+            Poll::Ready(Some(Err(_))) => return Ready::Broken,
+            Poll::Ready(Some(Ok(frame))) => {
+                let data = frame.data_ref().map(Bytes::len);
+                frames.push_back(frame);
+                match data {
+                    Some(n) => {
+                        len = len.saturating_add(n);
+                        if len > limit {
+                            break false;
+                        }
+                    }
+                    None => break false,
+                }
+            }
+            Poll::Pending => break false,
+        }
+    };
+    if !whole {
+        return Ready::Later(Buffered {
+            frames,
+            rest: Some(body),
+        });
+    }
+    Ready::Whole(concat(frames, len))
+}
+
+/// The data of `frames` (`len` bytes in all) as one buffer, copied only when there are several.
+fn concat(mut frames: VecDeque<Frame<Bytes>>, len: usize) -> Bytes {
+    match frames.len() {
+        0 => Bytes::new(),
+        1 => frames
+            .pop_front()
+            .and_then(|f| f.into_data().ok())
+            .unwrap_or_default(),
+        _ => {
+            let mut all = Vec::with_capacity(len);
+            for frame in frames {
+                if let Some(data) = frame.data_ref() {
+                    all.extend_from_slice(data);
+                }
+            }
+            Bytes::from(all)
+        }
+    }
+}
+
 /// Reads `body` as `buffering` says, counting its bytes in the waiting room through `ticket`.
 /// Does not time out by itself: the caller races it against the body deadline and eviction.
 pub(crate) async fn read<B>(
@@ -143,21 +216,5 @@ where
     if trailers {
         return Ok(B::prefixed(Buffered { frames, rest: None }));
     }
-    let bytes = match frames.len() {
-        0 => Bytes::new(),
-        1 => frames
-            .pop_front()
-            .and_then(|f| f.into_data().ok())
-            .unwrap_or_default(),
-        _ => {
-            let mut all = Vec::with_capacity(len);
-            for frame in frames {
-                if let Some(data) = frame.data_ref() {
-                    all.extend_from_slice(data);
-                }
-            }
-            Bytes::from(all)
-        }
-    };
-    Ok(B::whole(bytes))
+    Ok(B::whole(concat(frames, len)))
 }

@@ -24,7 +24,7 @@ use sluice_config::ListenerLimits;
 use tokio::sync::Semaphore;
 use tower::{BoxError, Layer, Service, ServiceExt as _};
 
-pub(crate) use body::{Buffering, Rebody};
+pub(crate) use body::{Buffering, Ready, Rebody, read_ready};
 pub(crate) use health::{DoorHealth, Doors, ListenerReport};
 pub(crate) use refusal::Refusal;
 pub(crate) use stalled::guard_responses;
@@ -83,6 +83,23 @@ impl Admission {
     }
 }
 
+impl Admission {
+    /// One of the listener's in-flight slots for a request whose body is already read whole,
+    /// or the refusal (counted) when every slot is taken.
+    pub(crate) fn slot_now(&self) -> Result<tokio::sync::OwnedSemaphorePermit, BoxError> {
+        self.shared
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| self.shared.refuse(Refusal::Busy))
+    }
+
+    /// Counts a refusal this layer did not make itself (a body broken off before it was in).
+    pub(crate) fn refused(&self, refusal: Refusal) -> BoxError {
+        self.shared.refuse(refusal)
+    }
+}
+
 impl<S> Layer<S> for Admission {
     type Service = Admitted<S>;
 
@@ -118,6 +135,16 @@ impl Shared {
         if body.is_end_stream() {
             return Ok(body);
         }
+        // A body that is all in already (a small one usually comes with the head) needs no
+        // place in the waiting room and no deadline.
+        let body = match self.buffering {
+            Buffering::Whole(limit) => match read_ready(body, limit) {
+                Ready::Whole(bytes) => return Ok(B::whole(bytes)),
+                Ready::Broken => return Err(Refusal::BodyError),
+                Ready::Later(read) => B::prefixed(read),
+            },
+            Buffering::Prefix(_) => body,
+        };
         let (ticket, evicted) = self.waiting.enter();
         let read = body::read(body, self.buffering, &ticket);
         tokio::select! {
