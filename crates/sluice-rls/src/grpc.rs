@@ -3,6 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
+use prost::Message as _;
+
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -59,7 +62,19 @@ impl RateLimitService for RateLimitGrpc {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let request = request.into_inner();
+        Ok(tonic::Response::new(
+            self.answer(request.into_inner()).await?,
+        ))
+    }
+}
+
+/// The path of `ShouldRateLimit` on the wire.
+pub const SHOULD_RATE_LIMIT_PATH: &str =
+    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+impl RateLimitGrpc {
+    /// The answer to one request, counted in `sluice_requests_total`.
+    async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
         tracing::debug!(?request, "ShouldRateLimit");
         let answer = decide(&self.engine, &self.options.load(), &request).await;
         let result = match &answer {
@@ -70,7 +85,26 @@ impl RateLimitService for RateLimitGrpc {
         };
         metrics::counter!("sluice_requests_total", "door" => "grpc", "result" => result)
             .increment(1);
-        Ok(tonic::Response::new(answer?))
+        Ok(answer?)
+    }
+
+    /// `ShouldRateLimit` for a request message already read (its protobuf bytes, without the
+    /// 5-byte gRPC prefix): the answer as a whole gRPC message (prefix included), or the
+    /// status, as the service answers through tonic.
+    pub async fn answer_message(&self, message: &[u8]) -> Result<Bytes, tonic::Status> {
+        let request = RateLimitRequest::decode(message)
+            .map_err(|e| tonic::Status::internal(e.to_string()))?;
+        let response = self.answer(request).await?;
+        let len = response.encoded_len();
+        let prefix = u32::try_from(len)
+            .map_err(|_| tonic::Status::internal("the answer is too large for one message"))?;
+        let mut framed = Vec::with_capacity(5 + len);
+        framed.push(0);
+        framed.extend_from_slice(&prefix.to_be_bytes());
+        response
+            .encode(&mut framed)
+            .map_err(|e| tonic::Status::internal(e.to_string()))?;
+        Ok(Bytes::from(framed))
     }
 }
 

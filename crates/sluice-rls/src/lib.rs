@@ -29,7 +29,7 @@ use sluice_engine::Engine;
 pub use adhoc::AdhocLimit;
 pub use api::{AcquireRequest, AcquireResponse, ApiDescriptor, ApiEntry, RefillRequest};
 pub use error::RequestError;
-pub use grpc::{RateLimitGrpc, grpc_service, grpc_service_shared};
+pub use grpc::{RateLimitGrpc, SHOULD_RATE_LIMIT_PATH, grpc_service, grpc_service_shared};
 pub use hot::{HotRoute, HotRoutes};
 
 /// The engine in use; `sluice serve` stores a new one on reload.

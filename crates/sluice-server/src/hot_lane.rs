@@ -117,14 +117,12 @@ fn counted(route: HotRoute, response: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
-    use std::path::Path;
     use std::sync::Arc;
 
     use arc_swap::ArcSwap;
     use http_body_util::{BodyExt as _, Full, StreamBody};
     use hyper::body::Frame;
     use sluice_config::ListenerLimits;
-    use sluice_core::{Clock, ManualClock};
     use tower::ServiceExt as _;
 
     use super::*;
@@ -134,21 +132,9 @@ mod tests {
 
     /// The API's router and hot lane over one fresh engine, with `limits` and `token`.
     fn api(limits: &ListenerLimits, token: Option<Token>) -> (axum::Router, HotLane, Doors) {
-        let rules = sluice_config::RuleSet::new(vec![
-            sluice_config::parse_domain(Path::new("rules.yaml"), RULES).unwrap(),
-        ])
-        .unwrap();
-        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(60_000_000_000_000));
-        let store = Arc::new(sluice_store::MemoryStore::new(clock.clone()));
-        let engine = sluice_engine::Engine::new(
-            &rules,
-            &Default::default(),
-            store,
-            clock.clone(),
-            Default::default(),
-        );
+        let (engine, clock) = crate::test_engine::engine(RULES);
         let options = Arc::new(ArcSwap::from_pointee(sluice_rls::RlsOptions::default()));
-        let (router, hot) = sluice_rls::http_api(Arc::new(ArcSwap::from_pointee(engine)), options);
+        let (router, hot) = sluice_rls::http_api(engine, options);
         let doors = Doors::new(clock);
         let admission = Admission::new("http", Door::Http, Buffering::Whole(1024), limits, &doors);
         let lane = HotLane::new(hot, admission, token, limits.request_timeout, 1024);

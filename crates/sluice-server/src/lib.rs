@@ -18,6 +18,7 @@ mod door_metrics;
 mod error;
 mod gateway_workers;
 mod geo;
+mod grpc_lane;
 mod guarded;
 mod host_check;
 mod hot_lane;
@@ -30,6 +31,8 @@ mod serve;
 mod service;
 mod status;
 mod status_page;
+#[cfg(test)]
+mod test_engine;
 mod tls;
 mod workers;
 

@@ -28,6 +28,7 @@ use crate::access::Token;
 use crate::admin::{admin_router, with_token};
 use crate::admission::{Admission, Buffering, Door, Doors};
 use crate::error::{Result, ServerError};
+use crate::grpc_lane::GrpcLane;
 use crate::guarded::ConnectionCap;
 use crate::hot_lane::HotLane;
 use crate::lifecycle::{keep_spill, open_state, wait_for_termination};
@@ -420,7 +421,12 @@ impl FrontDoors {
             .timeout(limits.request_timeout)
             .max_concurrent_streams(limits.http2_max_concurrent_streams)
             .http2_max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-            .layer(self.admission("grpc", Door::Grpc));
+            .layer(self.admission("grpc", Door::Grpc))
+            .layer(GrpcLane::new(
+                sluice_rls::RateLimitGrpc::shared(self.engine.clone(), self.rls_options.clone()),
+                access.api_token.clone(),
+                limits.max_body_bytes,
+            ));
         let cap = ConnectionCap::new("grpc", self.max_connections);
         let rls = sluice_rls::grpc_service_shared(self.engine.clone(), self.rls_options.clone());
         let rlqs = sluice_rls::rlqs::rlqs_service(
