@@ -312,64 +312,27 @@ mod tests {
         two.extend(ask("edge", "b"));
         let mut short = ask("edge", "a");
         short.pop();
+        // The lane's own path with the right token, then one header changed.
+        let authorized =
+            |body: Vec<u8>| with(call(SHOULD_RATE_LIMIT_PATH, body), "authorization", &good);
+        let changed = |name: &'static str, value: &'static str| {
+            with(
+                authorized(ask("edge", "a")),
+                name,
+                &HeaderValue::from_static(value),
+            )
+        };
+        let mut elsewhere = authorized(ask("edge", "a"));
+        *elsewhere.uri_mut() = http::Uri::from_static("/other.Service/Call");
         let cases = [
             ("no token", call(SHOULD_RATE_LIMIT_PATH, ask("edge", "a"))),
-            (
-                "wrong token",
-                with(
-                    call(SHOULD_RATE_LIMIT_PATH, ask("edge", "a")),
-                    "authorization",
-                    &HeaderValue::from_static("Bearer nope"),
-                ),
-            ),
-            (
-                "another path",
-                with(
-                    call("/other.Service/Call", ask("edge", "a")),
-                    "authorization",
-                    &good,
-                ),
-            ),
-            (
-                "another encoding",
-                with(
-                    with(
-                        call(SHOULD_RATE_LIMIT_PATH, ask("edge", "a")),
-                        "authorization",
-                        &good,
-                    ),
-                    "grpc-encoding",
-                    &HeaderValue::from_static("gzip"),
-                ),
-            ),
-            (
-                "grpc-web",
-                with(
-                    with(
-                        call(SHOULD_RATE_LIMIT_PATH, ask("edge", "a")),
-                        "authorization",
-                        &good,
-                    ),
-                    "content-type",
-                    &HeaderValue::from_static("application/grpc-web"),
-                ),
-            ),
-            (
-                "compressed",
-                with(
-                    call(SHOULD_RATE_LIMIT_PATH, compressed),
-                    "authorization",
-                    &good,
-                ),
-            ),
-            (
-                "two messages",
-                with(call(SHOULD_RATE_LIMIT_PATH, two), "authorization", &good),
-            ),
-            (
-                "cut short",
-                with(call(SHOULD_RATE_LIMIT_PATH, short), "authorization", &good),
-            ),
+            ("wrong token", changed("authorization", "Bearer nope")),
+            ("another path", elsewhere),
+            ("another encoding", changed("grpc-encoding", "gzip")),
+            ("grpc-web", changed("content-type", "application/grpc-web")),
+            ("compressed", authorized(compressed)),
+            ("two messages", authorized(two)),
+            ("cut short", authorized(short)),
         ];
         for (what, request) in cases {
             let sent = hyper::body::Body::size_hint(request.body())
@@ -384,11 +347,7 @@ mod tests {
             assert_eq!(behind.as_deref(), Some(sent.as_str()), "{what}");
         }
         // The token on the lane's own path: answered here.
-        let request = with(
-            call(SHOULD_RATE_LIMIT_PATH, ask("edge", "a")),
-            "authorization",
-            &good,
-        );
+        let request = authorized(ask("edge", "a"));
         let (_, headers, body) = seen(laned.clone().oneshot(request).await.unwrap()).await;
         assert!(
             headers.contains(&("trailer grpc-status".into(), "0".into())),
