@@ -26,6 +26,26 @@ use crate::{RlsOptions, SharedEngine, SharedOptions};
 pub struct RateLimitGrpc {
     engine: SharedEngine,
     options: SharedOptions,
+    answers: Arc<Answers>,
+}
+
+/// `sluice_requests_total{door="grpc"}` by result, looked up once rather than per call (a
+/// registry lookup per call was 2.5% of the gRPC listener's time).
+struct Answers {
+    ok: metrics::Counter,
+    over_limit: metrics::Counter,
+    client_error: metrics::Counter,
+}
+
+impl Answers {
+    fn new() -> Self {
+        let count = |result: &'static str| metrics::counter!("sluice_requests_total", "door" => "grpc", "result" => result);
+        Self {
+            ok: count("ok"),
+            over_limit: count("over_limit"),
+            client_error: count("client_error"),
+        }
+    }
 }
 
 impl RateLimitGrpc {
@@ -34,9 +54,14 @@ impl RateLimitGrpc {
         Self::shared(engine, Arc::new(arc_swap::ArcSwap::from_pointee(options)))
     }
 
-    /// The handler with options the caller may swap while it serves.
+    /// The handler with options the caller may swap while it serves. Its answers are counted
+    /// by the metrics recorder installed when it is made.
     pub fn shared(engine: SharedEngine, options: SharedOptions) -> Self {
-        Self { engine, options }
+        Self {
+            engine,
+            options,
+            answers: Arc::new(Answers::new()),
+        }
     }
 }
 
@@ -77,14 +102,13 @@ impl RateLimitGrpc {
     async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
         tracing::debug!(?request, "ShouldRateLimit");
         let answer = decide(&self.engine, &self.options.load(), &request).await;
-        let result = match &answer {
-            Ok(r) if r.overall_code == Code::OverLimit as i32 => "over_limit",
-            Ok(_) => "ok",
+        let counter = match &answer {
+            Ok(r) if r.overall_code == Code::OverLimit as i32 => &self.answers.over_limit,
+            Ok(_) => &self.answers.ok,
             // Every refusal of `decide` is about the request (unknown domain, bad cost, ...).
-            Err(_) => "client_error",
+            Err(_) => &self.answers.client_error,
         };
-        metrics::counter!("sluice_requests_total", "door" => "grpc", "result" => result)
-            .increment(1);
+        counter.increment(1);
         Ok(answer?)
     }
 
