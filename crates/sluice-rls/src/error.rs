@@ -53,10 +53,16 @@ impl From<RequestError> for tonic::Status {
     }
 }
 
+impl RequestError {
+    /// The JSON body this error is answered with over HTTP.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        serde_json::json!({ "error": self.to_string() })
+    }
+}
+
 impl IntoResponse for RequestError {
     fn into_response(self) -> Response {
-        let body = axum::Json(serde_json::json!({ "error": self.to_string() }));
-        (self.status(), body).into_response()
+        (self.status(), axum::Json(self.json())).into_response()
     }
 }
 

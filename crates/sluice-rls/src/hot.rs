@@ -88,7 +88,7 @@ impl HotRoutes {
 }
 
 fn error_answer(e: &RequestError) -> (StatusCode, Vec<u8>) {
-    let body = serde_json::to_vec(&serde_json::json!({ "error": e.to_string() }))
-        .unwrap_or_else(|_| br#"{"error":"internal error"}"#.to_vec());
+    let body =
+        serde_json::to_vec(&e.json()).unwrap_or_else(|_| br#"{"error":"internal error"}"#.to_vec());
     (e.status(), body)
 }

@@ -25,6 +25,7 @@ mod hot_lane;
 mod key_mask;
 mod lifecycle;
 mod listener;
+mod recorder;
 mod reload;
 pub mod rule_listing;
 mod serve;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use sluice_config::{Gateway, ListenerLimits, ServiceConfig, StoreConfig};
 use sluice_core::{Clock, CoarseClock, StdClock};
 use sluice_engine::{Engine, EngineOptions, FlushReport, StateDir};
@@ -89,34 +89,6 @@ async fn bind(listener: &'static str, addr: std::net::SocketAddr) -> Result<TcpL
         })
 }
 
-/// The Prometheus recorder, with histograms (not summaries: buckets add up across instances)
-/// and every family described and registered (see `sluice_engine::METRIC_FAMILIES`).
-fn install_metrics() -> Result<PrometheusHandle> {
-    use metrics_exporter_prometheus::Matcher;
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full("sluice_flush_duration_seconds".into()),
-            sluice_engine::FLUSH_BUCKETS,
-        )
-        .and_then(|b| {
-            b.set_buckets_for_metric(
-                Matcher::Full("sluice_decision_duration_seconds".into()),
-                sluice_engine::DECISION_BUCKETS,
-            )
-        })
-        .map_err(|source| ServerError::Metrics {
-            what: "cannot set the metrics' histogram buckets",
-            source,
-        })?
-        .install_recorder()
-        .map_err(|source| ServerError::Metrics {
-            what: "cannot install the metrics recorder",
-            source,
-        })?;
-    sluice_engine::describe_metrics(crate::build_info::metric_labels());
-    Ok(handle)
-}
-
 /// Runs until SIGTERM or Ctrl-C.
 pub async fn run(config_path: &Path) -> Result<()> {
     run_until(config_path, wait_for_termination()).await
@@ -128,7 +100,7 @@ pub async fn run(config_path: &Path) -> Result<()> {
 pub async fn run_until(config_path: &Path, stop: impl Future<Output = ()>) -> Result<()> {
     let config = sluice_config::load(config_path)?;
     crate::rule_listing::log_warnings(&config);
-    let prometheus = install_metrics()?;
+    let prometheus = crate::recorder::install()?;
     let clock: Arc<dyn Clock> = Arc::new(CoarseClock::new());
     let doors = Doors::new(clock.clone());
     let Built {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use sluice_config::ListenerLimits;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{BoxError, Layer, Service, ServiceExt as _};
 
 pub(crate) use body::{Buffering, Ready, Rebody, read_ready};
@@ -81,17 +81,11 @@ impl Admission {
             }),
         }
     }
-}
 
-impl Admission {
     /// One of the listener's in-flight slots for a request whose body is already read whole,
     /// or the refusal (counted) when every slot is taken.
-    pub(crate) fn slot_now(&self) -> Result<tokio::sync::OwnedSemaphorePermit, BoxError> {
-        self.shared
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| self.shared.refuse(Refusal::Busy))
+    pub(crate) fn slot_now(&self) -> Result<OwnedSemaphorePermit, BoxError> {
+        self.shared.slot()
     }
 
     /// Counts a refusal this layer did not make itself (a body broken off before it was in).
@@ -119,6 +113,14 @@ pub(crate) struct Admitted<S> {
 }
 
 impl Shared {
+    /// An in-flight slot now, or the refusal (counted).
+    fn slot(&self) -> Result<OwnedSemaphorePermit, BoxError> {
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| self.refuse(Refusal::Busy))
+    }
+
     fn refuse(&self, refusal: Refusal) -> BoxError {
         self.health.refused(refusal);
         match self.door {
@@ -188,9 +190,7 @@ where
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let body = shared.read(body).await.map_err(|r| shared.refuse(r))?;
-            let Ok(slot) = shared.slots.clone().try_acquire_owned() else {
-                return Err(shared.refuse(Refusal::Busy));
-            };
+            let slot = shared.slot()?;
             let response = inner
                 .oneshot(Request::from_parts(parts, body))
                 .await
