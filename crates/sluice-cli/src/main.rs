@@ -98,20 +98,18 @@ enum Command {
         /// `predictive,rlqs`.
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
-        /// Run the scenario once per seed in FIRST-LAST (its own `seed` replaced) and print,
-        /// per policy and class of keys, the spread over the runs as a Markdown table
-        /// (OUT/seeds.json; no plots): one traffic draw is one story.
+        /// Run the scenario once per seed in FIRST-LAST, or with the one seed N (its own `seed`
+        /// replaced), and print, per policy and class of keys, the spread over the runs as a
+        /// Markdown table (OUT/seeds.json; no plots): one traffic draw is one story.
         #[arg(long, value_name = "FIRST-LAST", value_parser = parse_seeds)]
         seeds: Option<std::ops::RangeInclusive<u64>>,
     },
 }
 
-/// `--seeds FIRST-LAST`: at least one seed, at most 10,000.
+/// `--seeds FIRST-LAST` (or one seed, `N`): at least one seed, at most 10,000.
 #[cfg(feature = "sim")]
 fn parse_seeds(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
-    let (first, last) = text
-        .split_once('-')
-        .ok_or_else(|| format!("`{text}` is not FIRST-LAST (for example 1-24)"))?;
+    let (first, last) = text.split_once('-').unwrap_or((text, text));
     let number = |s: &str| {
         s.trim()
             .parse::<u64>()

@@ -171,7 +171,7 @@ fn seeds_give_the_spread_of_every_class_over_the_runs() {
     assert!((3..=5).contains(&seed), "{spreads:?}");
     for (bad, says) in [
         ("5-2", "2 is before 5 in `5-2`"),
-        ("7", "`7` is not FIRST-LAST"),
+        ("x", "`x` in `x` is not a whole number"),
         ("1-x", "`x` in `1-x` is not a whole number"),
         ("1-20000", "more than 10,000 seeds"),
     ] {
@@ -180,5 +180,15 @@ fn seeds_give_the_spread_of_every_class_over_the_runs() {
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(stderr.contains(says), "{bad}: {stderr}");
     }
+    // One seed: that draw's table.
+    let one = simulate("4");
+    assert!(
+        one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("seeds.json")).unwrap()).unwrap();
+    assert_eq!(report["seeds"], serde_json::json!([4, 4]));
     std::fs::remove_dir_all(&out).unwrap();
 }
