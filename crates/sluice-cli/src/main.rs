@@ -111,9 +111,13 @@ enum Command {
 fn parse_seeds(text: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
     let (first, last) = text.split_once('-').unwrap_or((text, text));
     let number = |s: &str| {
-        s.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("`{s}` in `{text}` is not a whole number"))
+        s.trim().parse::<u64>().map_err(|_| {
+            if s == text {
+                format!("`{text}` is not a seed N or a range FIRST-LAST (for example 1-24)")
+            } else {
+                format!("`{s}` in `{text}` is not a whole number")
+            }
+        })
     };
     let (first, last) = (number(first)?, number(last)?);
     if last < first {

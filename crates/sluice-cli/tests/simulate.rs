@@ -171,7 +171,7 @@ fn seeds_give_the_spread_of_every_class_over_the_runs() {
     assert!((3..=5).contains(&seed), "{spreads:?}");
     for (bad, says) in [
         ("5-2", "2 is before 5 in `5-2`"),
-        ("x", "`x` in `x` is not a whole number"),
+        ("x", "`x` is not a seed N or a range FIRST-LAST"),
         ("1-x", "`x` in `1-x` is not a whole number"),
         ("1-20000", "more than 10,000 seeds"),
     ] {
