@@ -10,6 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
+# Worker threads of every gateway and worker processes of nginx proxy_pass: equal, one per CPU
+# unless WORKERS says.
+WORKERS=${WORKERS:-$(nproc)}
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 
@@ -22,7 +25,7 @@ CONF
 nginx -c "$W/upstream.conf" -p "$W" &
 # nginx proxy_pass in front of it.
 cat > "$W/proxy.conf" <<CONF
-worker_processes 1; daemon off; pid $W/px.pid; error_log $W/px.err;
+worker_processes $WORKERS; daemon off; pid $W/px.pid; error_log $W/px.err;
 events { worker_connections 4096; }
 http { access_log off; upstream up { server 127.0.0.1:18100; keepalive 64; }
   server { listen 127.0.0.1:18101; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
@@ -38,6 +41,7 @@ gateways:
   - listen: 127.0.0.1:18102
     upstream: http://127.0.0.1:18100
     domain: edge
+    workers: $WORKERS
     routes:
       - match: { path_prefix: / }
         rate_limits: [{ actions: [{ request_headers: { header_name: x-user-id, descriptor_key: user } }] }]
@@ -49,6 +53,7 @@ gateways:
   - listen: 127.0.0.1:18103
     upstream: http://127.0.0.1:18100
     domain: edge
+    workers: $WORKERS
     routes: []
 CONF
 RUST_LOG=error TOKIO_WORKER_THREADS=${SLUICE_THREADS:-2} ./target/release/sluice serve --config "$W/on.yaml" &

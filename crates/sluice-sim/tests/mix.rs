@@ -39,7 +39,7 @@ fn a_surge_in_a_mix_of_users_holds_when_every_instance_spent_a_budget_split_from
     // ramps from nothing to 3x the limit as its members arrive, read a span old; a boundary
     // reply that may lack the others' flushes reads again once they have landed when the key
     // nears its limit, which took it from 0-11.3%, median 5.7%; not held to the 5% target
-    // yet), normal users' false denials at most 0.02%; the surge has 5 windows of 105 under
+    // yet), normal users' false denials at most 0.01%; the surge has 3 windows of 105 under
     // 95% of the limit (the least 83%; 67% while an early reply after a quiet span split by
     // the rates it read), the mover one under 95% (94.7%; docs/ACCURACY.md, "A mix of
     // users"). The bounds below are those figures: regression bounds where the targets are
@@ -74,15 +74,16 @@ fn a_burst_after_a_quiet_span_reads_the_flushes_its_instances_last_read_came_bef
     // parts; real processes: 0-6.7%), 14 busy windows of 56 under 95%, 91% at the least (an
     // early reply after a quiet span split by the rates it read: 5.0% over, 19 under, 90%),
     // heavy at most 1.7%, the tenant 0-11.7% (seed 9, its first window; false denials up to
-    // 1.14%), the mover's least busy window 93%, normal users' false denials 0-0.19% (over
-    // the 0.1% target in some seeds; docs/ACCURACY.md). Regression bounds where the targets
-    // are not met.
+    // 1.03%), the mover's least busy window 93%, normal users' false denials 0-0.11% (over
+    // the 0.1% target in one seed; 0.19% before a budget split by demand was at least an
+    // even part of the room while the window ends within the limit at the known rates;
+    // docs/ACCURACY.md). Regression bounds where the targets are not met.
     for c in mix_over_seeds("mix/short.yaml") {
         let (over, denials, least) = match c.class.as_str() {
             "bursty" => (6.7, 0.1, 90.0),
-            "tenant" => (11.7, 1.2, 95.0),
+            "tenant" => (11.7, 1.1, 95.0),
             "mover" => (2.0, 0.1, 93.0),
-            _ => (2.0, 0.25, 95.0),
+            _ => (2.0, 0.12, 95.0),
         };
         assert!(c.worst_over_max_pct <= over, "{c:?}");
         assert!(c.false_denials_max_pct < denials, "{c:?}");
