@@ -4,7 +4,8 @@
 #   nginx proxy_pass, Envoy 1.40 + ratelimit filter -> sluice gRPC}
 # Needs: wrk, nginx (Debian packages), target/envoy-venv/bin/envoy (the README test command
 # installs it), a release build: cargo build --release -p sluice-cli
-# The gateways run one worker thread per CPU (their `workers` default); SLUICE_THREADS sizes
+# The gateways run WORKERS worker threads and nginx proxy_pass as many worker processes (one
+# per CPU unless WORKERS says); Envoy runs one worker (--concurrency 1). SLUICE_THREADS sizes
 # only the main runtime (gRPC, JSON API, admin, flush timer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
