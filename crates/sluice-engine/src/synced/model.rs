@@ -349,10 +349,7 @@ fn share_with(
     let Some(even) = even else {
         return (own / total).clamp(0.0, 1.0);
     };
-    // Not scaled back so that every instance's raised share adds up to one (shares of 0.83
-    // and four of 0.04 raised to 0.2 add up to 1.63): scaled, the window still ends within
-    // the limit at the known rates, and a client pinned to one instance after a trickle
-    // elsewhere lost two more windows of 100 to its even part (docs/ACCURACY.md).
+    // Not scaled back to add up to one (docs/ACCURACY.md: a pinned client lost windows).
     ((own / total).max(even)).clamp(0.0, 1.0)
 }
 
