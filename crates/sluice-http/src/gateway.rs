@@ -6,7 +6,12 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::extract::{ConnectInfo, Request};
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderName};
 use http::{HeaderValue, StatusCode, Uri};
@@ -18,7 +23,7 @@ use sluice_engine::Engine;
 
 use crate::GeoIp;
 use crate::client_ip::canonical_ip;
-use crate::layer::{LimitPolicy, RateLimitLayer, UpstreamFailed};
+use crate::layer::{LimitPolicy, RateLimit, RateLimitLayer, UpstreamFailed};
 
 /// Headers that describe one connection, not the request: never forwarded (RFC 9110 7.6.1).
 /// (Names as constants: looking a header up by `&str` parses the name on every request.)
@@ -63,12 +68,39 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn proxy(
-    State(upstream): State<Arc<ArcSwap<Upstream>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    mut req: Request,
-) -> Response {
-    let up = upstream.load_full();
+/// The forwarding service under the gateway's limiting: each request to the upstream the
+/// gateway's configuration names at the moment it arrives. The peer's address comes from the
+/// request's [`ConnectInfo`] extension.
+#[derive(Clone)]
+pub struct Proxy {
+    upstream: Arc<ArcSwap<Upstream>>,
+}
+
+impl tower::Service<Request> for Proxy {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        let up = self.upstream.load_full();
+        Box::pin(async move { Ok(proxy(&up, req).await) })
+    }
+}
+
+/// The gateway's whole service: its limiting in front of its [`Proxy`].
+pub type GatewayService = RateLimit<Proxy>;
+
+async fn proxy(up: &Upstream, mut req: Request) -> Response {
+    let Some(&ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the gateway is served without the peer's address",
+        );
+    };
     let path = req
         .uri()
         .path_and_query()
@@ -234,15 +266,32 @@ pub fn reloadable_gateway(
     gateway: &Gateway,
     geo: Option<Arc<GeoIp>>,
 ) -> Result<(axum::Router, GatewayHandle), http::uri::InvalidUri> {
+    let (service, handle) = gateway_service(engine, gateway, geo)?;
+    Ok((axum::Router::new().fallback_service(service), handle))
+}
+
+/// The gateway as one tower service (its limiting, then its proxy), without a router's
+/// boxing per layer, with the handle that applies a reloaded configuration to it. Serve it
+/// with each request's [`ConnectInfo`] extension set.
+///
+/// # Errors
+/// When `gateway.upstream` does not name a valid host and port.
+pub fn gateway_service(
+    engine: Arc<ArcSwap<Engine>>,
+    gateway: &Gateway,
+    geo: Option<Arc<GeoIp>>,
+) -> Result<(GatewayService, GatewayHandle), http::uri::InvalidUri> {
     let upstream = Arc::new(ArcSwap::from_pointee(Upstream {
         client: upstream_client(),
         authority: authority_of(gateway)?,
         timeout: gateway.upstream_timeout,
     }));
     let layer = RateLimitLayer::new(engine, policy_of(gateway, geo));
-    let router = axum::Router::new()
-        .fallback(proxy)
-        .with_state(upstream.clone())
-        .layer(layer.clone());
-    Ok((router, GatewayHandle { layer, upstream }))
+    let service = tower::Layer::layer(
+        &layer,
+        Proxy {
+            upstream: upstream.clone(),
+        },
+    );
+    Ok((service, GatewayHandle { layer, upstream }))
 }

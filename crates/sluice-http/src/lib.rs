@@ -19,7 +19,9 @@ mod value;
 
 pub use actions::{Descriptor, RequestParts, descriptors};
 pub use client_ip::{canonical_ip, client_address};
-pub use gateway::{GatewayHandle, gateway_router, reloadable_gateway};
+pub use gateway::{
+    GatewayHandle, GatewayService, Proxy, gateway_router, gateway_service, reloadable_gateway,
+};
 pub use geo::{GeoError, GeoIp, MAX_DATABASE_BYTES};
 pub use headers::{RateLimitFields, add_rate_limit_headers, rate_limit_fields, retry_after_secs};
 pub use layer::{LimitPolicy, RateLimit, RateLimitLayer, UpstreamFailed};

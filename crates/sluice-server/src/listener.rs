@@ -124,11 +124,38 @@ async fn next_connection(
     }
 }
 
+/// What a listener serves: a router, or a gateway's composed service.
+pub(crate) trait HttpService:
+    tower::Service<
+        http::Request<axum::body::Body>,
+        Response = Response,
+        Error = std::convert::Infallible,
+        Future: Send,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> HttpService for S where
+    S: tower::Service<
+            http::Request<axum::body::Body>,
+            Response = Response,
+            Error = std::convert::Infallible,
+            Future: Send,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Serves `router` on `listener` (over TLS when `tls` is set) until `stop` turns true, then
 /// lets the requests in flight finish (for at most the request timeout).
 pub(crate) async fn serve_http(
     listener: TcpListener,
-    router: axum::Router,
+    router: impl HttpService,
     hot: Option<Arc<HotLane>>,
     limits: ListenerLimits,
     cap: ConnectionCap,

@@ -59,10 +59,10 @@ pub(crate) fn bind_workers(
         .collect()
 }
 
-/// An HTTP worker's serving: its router (cloned per worker), the listener's limits, the
-/// connection cap all its workers share, TLS and the stop signal.
-pub(crate) struct Http {
-    pub router: axum::Router,
+/// An HTTP worker's serving: its router or service (cloned per connection), the listener's
+/// limits, the connection cap all its workers share, TLS and the stop signal.
+pub(crate) struct Http<S = axum::Router> {
+    pub router: S,
     /// The API listener's hot lane (hot_lane.rs); none on a gateway.
     pub hot: Option<std::sync::Arc<crate::hot_lane::HotLane>>,
     pub limits: ListenerLimits,
@@ -71,7 +71,7 @@ pub(crate) struct Http {
     pub stop: watch::Receiver<bool>,
 }
 
-impl Http {
+impl<S: crate::listener::HttpService> Http<S> {
     /// Serves on `listener` until the stop signal (listener.rs `serve_http`).
     pub(crate) async fn serve(self, listener: tokio::net::TcpListener) -> Result<()> {
         serve_http(

@@ -27,7 +27,7 @@ use tower::{BoxError, Layer, Service, ServiceExt as _};
 pub(crate) use body::{Buffering, Ready, Rebody, read_ready};
 pub(crate) use health::{DoorHealth, Doors, ListenerReport};
 pub(crate) use refusal::Refusal;
-pub(crate) use stalled::guard_responses;
+pub(crate) use stalled::guard_response;
 use waiting::Waiting;
 
 /// How a listener's refusals are spelled.

@@ -12,8 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::Response;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Bytes, Frame};
@@ -27,13 +25,9 @@ const FRAMES: usize = 4;
 #[error("the client read nothing of the response for too long; it was cut")]
 struct Stalled;
 
-/// Middleware: guards every response of the router it wraps (see the module's text).
-pub(crate) async fn guard_responses(
-    State(stall): State<Duration>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let response = next.run(request).await;
+/// Guards one response (see the module's text): a body complete in its first frame is
+/// answered as it is, any other is pumped by its own task and cut after `stall` unread.
+pub(crate) async fn guard_response(response: Response, stall: Duration) -> Response {
     let (parts, mut body) = response.into_parts();
     if body.is_end_stream() {
         return Response::from_parts(parts, body);
