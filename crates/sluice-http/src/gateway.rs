@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use std::convert::Infallible;
 use std::future::Future;
+use std::io::Write as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -101,17 +102,18 @@ async fn proxy(up: &Upstream, mut req: Request) -> Response {
             "the gateway is served without the peer's address",
         );
     };
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let Ok(uri) = Uri::builder()
-        .scheme("http")
-        .authority(up.authority.clone())
-        .path_and_query(path)
-        .build()
-    else {
+    // The target as the client sent it (validated by the server), no copy: only the
+    // scheme and authority change.
+    let mut target = http::uri::Parts::default();
+    target.scheme = Some(http::uri::Scheme::HTTP);
+    target.authority = Some(up.authority.clone());
+    target.path_and_query = Some(
+        req.uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+    );
+    let Ok(uri) = Uri::from_parts(target) else {
         return error(StatusCode::BAD_REQUEST, "invalid request target");
     };
     *req.uri_mut() = uri;
@@ -120,24 +122,25 @@ async fn proxy(up: &Upstream, mut req: Request) -> Response {
     strip_hop_by_hop(headers);
     // X-Forwarded-For: append the peer (canonical: an IPv4 client on a dual-stack socket is
     // its IPv4 address for the upstream too), to every line the client sent, joined as bytes;
-    // Forwarded (RFC 7239) likewise.
+    // Forwarded (RFC 7239) likewise. Each value is written once into its own buffer, which
+    // the header then owns.
     let peer_ip = canonical_ip(peer.ip());
-    let ip = peer_ip.to_string();
-    let mut xff: Vec<u8> = Vec::new();
+    let mut xff: Vec<u8> = Vec::with_capacity(48);
     for prev in headers.get_all(&X_FORWARDED_FOR) {
         xff.extend_from_slice(prev.as_bytes());
         xff.extend_from_slice(b", ");
     }
-    xff.extend_from_slice(ip.as_bytes());
-    if let Ok(v) = HeaderValue::from_bytes(&xff) {
+    let _ = write!(xff, "{peer_ip}");
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(xff)) {
         headers.insert(X_FORWARDED_FOR, v);
     }
-    let node = if peer_ip.is_ipv6() {
-        format!("\"[{ip}]\"")
+    let mut forwarded: Vec<u8> = Vec::with_capacity(48);
+    let _ = if peer_ip.is_ipv6() {
+        write!(forwarded, "for=\"[{peer_ip}]\";proto=http")
     } else {
-        ip
+        write!(forwarded, "for={peer_ip};proto=http")
     };
-    if let Ok(v) = HeaderValue::from_str(&format!("for={node};proto=http")) {
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(forwarded)) {
         headers.append(header::FORWARDED, v);
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
