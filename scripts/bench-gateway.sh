@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gateway throughput and latency, side by side in one run (docs/BENCHMARKS.md):
 #   nginx upstream (returns 200 "ok") <- {sluice gateway with limiting, sluice gateway without,
-#   nginx proxy_pass, Envoy 1.40 + ratelimit filter -> sluice gRPC}
+#   nginx proxy_pass, a bare hyper proxy (the ceiling), Envoy 1.40 + ratelimit filter -> sluice gRPC}
 # Needs: wrk, nginx (Debian packages), target/envoy-venv/bin/envoy (the README test command
 # installs it), a release build: cargo build --release -p sluice-cli
 # The gateways run WORKERS worker threads and nginx proxy_pass as many worker processes (one
@@ -64,6 +64,10 @@ if [ -n "${SLUICE_B:-}" ]; then
   sed -e 's/1811/1813/g' -e 's/18102/18105/' "$W/on.yaml" > "$W/b.yaml"
   RUST_LOG=error TOKIO_WORKER_THREADS=${SLUICE_THREADS:-2} "$SLUICE_B" serve --config "$W/b.yaml" &
 fi
+# The ceiling: a proxy with nothing but hyper (its server and pooled client), as many workers
+# (crates/sluice-http/examples/bare_proxy.rs).
+[ -x target/release/examples/bare_proxy ] || cargo build --release -p sluice-http --example bare_proxy
+./target/release/examples/bare_proxy pool 127.0.0.1:18106 127.0.0.1:18100 "$WORKERS" &
 if [ -x target/envoy-venv/bin/envoy ]; then
   sed -e 's/port_value: 10000/port_value: 18104/' -e 's/port_value: 3000/port_value: 18100/' -e 's/port_value: 8081/port_value: 18111/' examples/envoy.yaml > "$W/envoy.yaml"
   target/envoy-venv/bin/envoy -c "$W/envoy.yaml" --concurrency 1 --log-level error --base-id 18104 > "$W/envoy.log" 2>&1 &
@@ -82,6 +86,7 @@ echo "wrk -t1 -c$CONNS -d$DURATION x $ROUNDS rounds, 2 vCPUs shared by wrk, the 
 for _ in $(seq "$ROUNDS"); do
   run "upstream direct (nginx return 200)" 18100
   run "nginx proxy_pass" 18101
+  run "bare hyper proxy (ceiling)" 18106
   run "sluice gateway, limiting off" 18103
   run "sluice gateway, limiting on" 18102
   if [ -n "${SLUICE_B:-}" ]; then run "sluice gateway, limiting on (B)" 18105; fi
@@ -92,7 +97,8 @@ awk -f scripts/median-round.awk "$W/results" | awk -F'|' '
   { med[$1] = $2; printf "%-34s %10s req/s   p50 %8s   p99 %8s   (rounds:%s)\n", $1, $2, $3, $4, $5 }
   END {
     on = med["sluice gateway, limiting on"]; off = med["sluice gateway, limiting off"]; ng = med["nginx proxy_pass"]; ev = med["envoy + ratelimit filter -> sluice"]
-    printf "on/off %.0f%%   on/nginx %.0f%%   off/nginx %.0f%%", 100 * on / off, 100 * on / ng, 100 * off / ng
+    bare = med["bare hyper proxy (ceiling)"]
+    printf "on/off %.0f%%   on/nginx %.0f%%   off/nginx %.0f%%   on/bare %.0f%%   bare/nginx %.0f%%", 100 * on / off, 100 * on / ng, 100 * off / ng, 100 * on / bare, 100 * bare / ng
     if (ev > 0) printf "   on/envoy %.1fx", on / ev
     printf "\n"
   }'
