@@ -273,6 +273,53 @@ async fn upstream_failures_are_502_and_504_never_429_and_http2_clients_are_serve
         statuses.push(response.status().as_u16());
     }
     assert_eq!(statuses, [200, 200, 200, 429], "over one HTTP/2 connection");
+    // A HEAD the gateway answers itself (over the limit): its head and length, no body (HTTP/2
+    // sends whatever body it is given, and a client resets a HEAD stream that carries one).
+    let request = http::Request::head(format!("http://127.0.0.1:{h2}/api"))
+        .header("x-user-id", "h2-user")
+        .body(http_body_util::Empty::<axum::body::Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().contains_key("content-length"));
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("a HEAD answer without a body");
+    assert!(body.to_bytes().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_path_takes_an_in_flight_slot_even_one_spelled_as_a_quota_stream() {
+    // An upstream that never answers holds the gateway's one slot.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let port = free_port();
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n";
+    let config = format!(
+        "listeners: {{ max_requests_in_flight: 1 }}\n{}",
+        gateway_yaml(port, silent_port)
+    );
+    let serve = Serve::start_with("gwslots", "memory://", &[("edge.yaml", rules)], &config);
+    assert!(wait_until(Duration::from_secs(10), || {
+        common::http_call(serve.admin, "GET", "/readyz", "").0 == 200
+    }));
+    let holder = std::thread::spawn(move || get(port, "holder"));
+    std::thread::sleep(Duration::from_millis(500));
+    // The RLQS streams' path is the gRPC listener's to exempt, not a gateway client's to spell:
+    // normalized, this is `/upload`, and it waits for the slot like any other request.
+    let r = raw(
+        port,
+        b"GET /envoy.service.rate_limit_quota.v3.RateLimitQuotaService/../upload HTTP/1.1\r\nHost: t\r\nx-user-id: u\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(status(&r), 503, "{r}");
+    assert_eq!(status(&get(port, "other")), 503);
+    drop(holder);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -270,7 +270,12 @@ pub fn reloadable_gateway(
     geo: Option<Arc<GeoIp>>,
 ) -> Result<(axum::Router, GatewayHandle), http::uri::InvalidUri> {
     let (service, handle) = gateway_service(engine, gateway, geo)?;
-    Ok((axum::Router::new().fallback_service(service), handle))
+    // As a method router's service: axum strips a `HEAD` answer's body there (HTTP/2 sends
+    // whatever body it is given).
+    Ok((
+        axum::Router::new().fallback_service(axum::routing::any_service(service)),
+        handle,
+    ))
 }
 
 /// The gateway as one tower service (its limiting, then its proxy), without a router's

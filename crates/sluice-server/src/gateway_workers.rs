@@ -2,14 +2,19 @@
 //! the defences they share (one connection cap and one admission per gateway, over all its
 //! workers).
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use axum::response::Response;
 
 use sluice_config::{Gateway, ListenerLimits};
 use sluice_rls::SharedEngine;
 use tokio::sync::watch;
 
 use crate::admission::{Admission, Buffering, Door, Doors};
+use crate::door_metrics::count_gateway;
 use crate::error::{Result, ServerError};
 use crate::guarded::ConnectionCap;
 use crate::listener::overload_response;
@@ -101,16 +106,15 @@ fn door(
     admission: Admission,
 ) -> impl tower::Service<
     http::Request<axum::body::Body>,
-    Response = axum::response::Response,
-    Error = std::convert::Infallible,
+    Response = Response,
+    Error = Infallible,
     Future = impl Send,
 > + Clone
 + Send
 + Sync
 + 'static {
     let (timeout, stall) = (limits.request_timeout, limits.idle_timeout);
-    tower::ServiceBuilder::new()
-        .map_response(crate::door_metrics::count_gateway)
+    let defended = tower::ServiceBuilder::new()
         .layer(axum::error_handling::HandleErrorLayer::new(
             move |e: tower::BoxError| async move { overload_response(&e, timeout) },
         ))
@@ -118,9 +122,54 @@ fn door(
         .timeout(timeout)
         .and_then(move |response: http::Response<_>| async move {
             let response = response.map(axum::body::Body::new);
-            Ok::<_, std::convert::Infallible>(
-                crate::admission::guard_response(response, stall).await,
-            )
+            Ok::<_, Infallible>(crate::admission::guard_response(response, stall).await)
         })
-        .service(gateway)
+        .service(gateway);
+    Answered(defended)
+}
+
+/// What becomes of an answer on its way out: counted, and without its body for a `HEAD`.
+type Finish = fn(Result<Response, Infallible>) -> Result<Response, Infallible>;
+
+/// The outermost step of a gateway's service ([`door`]).
+#[derive(Clone)]
+struct Answered<S>(S);
+
+impl<S> tower::Service<http::Request<axum::body::Body>> for Answered<S>
+where
+    S: tower::Service<http::Request<axum::body::Body>, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures_util::future::Map<S::Future, Finish>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<axum::body::Body>) -> Self::Future {
+        let finish: Finish = if request.method() == http::Method::HEAD {
+            |answer| answer.map(|r| count_gateway(without_body(r)))
+        } else {
+            |answer| answer.map(count_gateway)
+        };
+        futures_util::FutureExt::map(self.0.call(request), finish)
+    }
+}
+
+/// The answer to a `HEAD` request: its head, the length its body would have had, no body.
+/// HTTP/1 leaves a `HEAD` answer's body out by itself, HTTP/2 sends what it is given (and a
+/// client resets the stream): the gateway's own answers (429, 503, 502) have bodies.
+fn without_body(response: Response) -> Response {
+    use hyper::body::Body as _;
+    let (mut parts, body) = response.into_parts();
+    if !parts.headers.contains_key(http::header::CONTENT_LENGTH)
+        && let Some(length) = body.size_hint().exact()
+    {
+        parts.headers.insert(
+            http::header::CONTENT_LENGTH,
+            http::HeaderValue::from(length),
+        );
+    }
+    Response::from_parts(parts, axum::body::Body::empty())
 }

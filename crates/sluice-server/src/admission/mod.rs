@@ -33,7 +33,8 @@ use waiting::Waiting;
 /// How a listener's refusals are spelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Door {
-    /// HTTP answers (mapped to responses by [`crate::listener::protect`]).
+    /// HTTP answers (mapped to responses by [`crate::listener::protect`], or a gateway's
+    /// `door` in gateway_workers.rs).
     Http,
     /// gRPC statuses.
     Grpc,
@@ -180,10 +181,13 @@ where
         let (shared, inner) = (self.shared.clone(), self.inner.clone());
         // An RLQS stream's body is the stream itself: never read whole, and held open for as
         // long as Envoy runs; it has its own bounds (streams per peer, reports per second).
-        if request
-            .uri()
-            .path()
-            .starts_with(sluice_rls::rlqs::RLQS_PATH_PREFIX)
+        // Only on the gRPC listener: elsewhere the path is a client's to spell (a gateway
+        // forwards `/<RLQS prefix>/../upload` as `/upload`), and must not skip the admission.
+        if shared.door == Door::Grpc
+            && request
+                .uri()
+                .path()
+                .starts_with(sluice_rls::rlqs::RLQS_PATH_PREFIX)
         {
             return Box::pin(async move { inner.oneshot(request).await.map_err(Into::into) });
         }
