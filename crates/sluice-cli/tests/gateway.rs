@@ -319,7 +319,56 @@ async fn every_path_takes_an_in_flight_slot_even_one_spelled_as_a_quota_stream()
     );
     assert_eq!(status(&r), 503, "{r}");
     assert_eq!(status(&get(port, "other")), 503);
+    // Refusals the admission makes are answers of the gateway, counted as such.
+    let (_, metrics) = common::http_call(serve.admin, "GET", "/metrics", "");
+    let shed = r#"sluice_requests_total{door="gateway",result="shed"} 2"#;
+    assert!(metrics.contains(shed), "{shed} in\n{metrics}");
     drop(holder);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_whose_body_never_starts_ends_at_the_request_timeout() {
+    // An upstream that sends a head promising a body, then nothing.
+    let stalling = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stalling_port = stalling.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut stream in stalling.incoming().flatten() {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n");
+            held.push(stream);
+        }
+    });
+    let port = free_port();
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n";
+    // The gateway's request timeout is the listeners' or the upstream's timeout and a second,
+    // whichever is longer: 1.3 s here. The head comes within the upstream timeout; the body's
+    // first frame is read under the request timeout (then the response is sent on).
+    let config = format!(
+        "listeners: {{ request_timeout: 500ms }}\n{}",
+        gateway_yaml(port, stalling_port).replace(
+            "    headers: both\n",
+            "    headers: both\n    upstream_timeout: 300ms\n"
+        )
+    );
+    let serve = Serve::start_with("gwstall", "memory://", &[("edge.yaml", rules)], &config);
+    assert!(wait_until(Duration::from_secs(10), || {
+        common::http_call(serve.admin, "GET", "/readyz", "").0 == 200
+    }));
+    let timed = tokio::time::Instant::now();
+    let r = tokio::task::spawn_blocking(move || get(port, "u"))
+        .await
+        .unwrap();
+    assert_eq!(status(&r), 408, "{r}");
+    assert!(
+        timed.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        timed.elapsed()
+    );
+    let (_, metrics) = common::http_call(serve.admin, "GET", "/metrics", "");
+    let counted = r#"sluice_requests_total{door="gateway",result="client_error"} 1"#;
+    assert!(metrics.contains(counted), "{counted} in\n{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
