@@ -38,6 +38,19 @@ fn status(response: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// An upstream that accepts connections and never answers; its port.
+fn silent_upstream() -> u16 {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    port
+}
+
 fn gateway_yaml(port: u16, upstream: u16) -> String {
     format!(
         "gateways:\n  - listen: 127.0.0.1:{port}\n    upstream: http://127.0.0.1:{upstream}\n    domain: edge\n    headers: both\n    routes:\n      - match: {{ path_prefix: / }}\n        rate_limits:\n          - actions:\n              - request_headers: {{ header_name: x-user-id, descriptor_key: user }}\n"
@@ -198,14 +211,7 @@ async fn bad_requests_are_rejected_cleanly_and_the_proxy_keeps_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_failures_are_502_and_504_never_429_and_http2_clients_are_served() {
     // An upstream that accepts connections and never answers, and one that is not there.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_port = silent.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in silent.incoming().flatten() {
-            held.push(stream);
-        }
-    });
+    let silent_port = silent_upstream();
     let dead_port = free_port();
     let (up, _) = upstream();
     let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 3 }\n";
@@ -291,14 +297,7 @@ async fn upstream_failures_are_502_and_504_never_429_and_http2_clients_are_serve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_path_takes_an_in_flight_slot_even_one_spelled_as_a_quota_stream() {
     // An upstream that never answers holds the gateway's one slot.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_port = silent.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in silent.incoming().flatten() {
-            held.push(stream);
-        }
-    });
+    let silent_port = silent_upstream();
     let port = free_port();
     let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n";
     let config = format!(
