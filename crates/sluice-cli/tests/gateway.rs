@@ -519,3 +519,81 @@ async fn a_reload_applies_header_styles_routes_and_refunds_and_names_what_needs_
     .unwrap();
     assert_eq!(code, 200);
 }
+
+/// An upstream that answers each request with its head as the body.
+fn echo_upstream() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let (mut buf, mut pending) = ([0u8; 16384], Vec::new());
+                while let Ok(n @ 1..) = stream.read(&mut buf) {
+                    pending.extend_from_slice(&buf[..n]);
+                    while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head: Vec<u8> = pending.drain(..end + 4).collect();
+                        let reply = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nKeep-Alive: timeout=5\r\nx-upstream-secret: s\r\nConnection: x-upstream-secret\r\n\r\n",
+                            head.len()
+                        );
+                        if stream.write_all(reply.as_bytes()).is_err()
+                            || stream.write_all(&head).is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_headers_are_appended_and_hop_by_hop_headers_stay_on_their_hop() {
+    let port = free_port();
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n";
+    let _gw = Serve::start_with(
+        "gwheaders",
+        "memory://",
+        &[("edge.yaml", rules)],
+        &gateway_yaml(port, echo_upstream()),
+    );
+    let r = raw(
+        port,
+        b"GET /api?q=1 HTTP/1.1\r\nHost: t\r\nx-user-id: u\r\nx-forwarded-for: 192.0.2.1\r\nx-forwarded-for: 192.0.2.2\r\nforwarded: for=192.0.2.3\r\nx-forwarded-proto: https\r\nx-secret: s\r\nconnection: x-secret, close\r\nte: trailers\r\nkeep-alive: timeout=9\r\nproxy-connection: keep-alive\r\n\r\n",
+    );
+    assert_eq!(status(&r), 200, "{r}");
+    let (response_head, upstream_saw) = r.split_once("\r\n\r\n").unwrap();
+    let seen: Vec<String> = upstream_saw.lines().map(str::to_ascii_lowercase).collect();
+    let has = |line: &str| seen.iter().any(|l| l == line);
+    assert!(
+        seen[0].starts_with("get /api?q=1 http/1.1"),
+        "{upstream_saw}"
+    );
+    // Every earlier line of X-Forwarded-For, then the peer, on one line; Forwarded appended.
+    assert!(
+        has("x-forwarded-for: 192.0.2.1, 192.0.2.2, 127.0.0.1"),
+        "{upstream_saw}"
+    );
+    assert!(has("forwarded: for=192.0.2.3"), "{upstream_saw}");
+    assert!(has("forwarded: for=127.0.0.1;proto=http"), "{upstream_saw}");
+    assert!(has("x-forwarded-proto: http"), "{upstream_saw}");
+    // Hop-by-hop headers, and those the client's Connection names, are not forwarded.
+    for name in [
+        "x-secret",
+        "te",
+        "keep-alive",
+        "proxy-connection",
+        "connection",
+    ] {
+        assert!(
+            !seen.iter().any(|l| l.starts_with(&format!("{name}:"))),
+            "{name} reached the upstream:\n{upstream_saw}"
+        );
+    }
+    // Nor are the upstream's on the way back.
+    let back = response_head.to_ascii_lowercase();
+    assert!(!back.contains("x-upstream-secret"), "{response_head}");
+    assert!(!back.contains("keep-alive: timeout=5"), "{response_head}");
+}
