@@ -518,6 +518,31 @@ async fn a_reload_applies_header_styles_routes_and_refunds_and_names_what_needs_
     .await
     .unwrap();
     assert_eq!(code, 200);
+
+    // Another upstream: the requests after the reload reach it (connections to the old one are
+    // not reused for it).
+    let (live, live_hits) = upstream();
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace(&format!("127.0.0.1:{dead}"), &format!("127.0.0.1:{live}"));
+    std::fs::write(&file, text).unwrap();
+    let (code, answer) =
+        tokio::task::spawn_blocking(move || common::http_call(admin, "POST", "/reload", ""))
+            .await
+            .unwrap();
+    assert_eq!(code, 200, "{answer}");
+    assert!(
+        wait_until(Duration::from_secs(5), || serve
+            .log_tail()
+            .contains(&format!("applied: gateway 127.0.0.1:{port} (upstream)"))),
+        "{answer}\n{}",
+        serve.log_tail()
+    );
+    let r = tokio::task::spawn_blocking(move || user("y"))
+        .await
+        .unwrap();
+    assert_eq!(status(&r), 200, "{r}");
+    assert_eq!(live_hits.load(Ordering::Relaxed), 1);
 }
 
 /// An upstream that answers each request with its head as the body.
