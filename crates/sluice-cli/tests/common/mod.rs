@@ -102,7 +102,8 @@ impl Serve {
                 self.admin, "GET", "/healthz", ""
             )
             .0 == 200),
-            "sluice serve did not come up"
+            "sluice serve did not come up; its log:\n{}",
+            self.log_tail()
         );
     }
 
