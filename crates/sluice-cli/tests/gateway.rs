@@ -38,6 +38,16 @@ fn status(response: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// A `sluice serve` on the memory store with `rules` as `edge.yaml` and `config`, once its
+/// gateways are ready.
+fn ready_gateway(name: &str, rules: &str, config: &str) -> Serve {
+    let serve = Serve::start_with(name, "memory://", &[("edge.yaml", rules)], config);
+    assert!(wait_until(Duration::from_secs(10), || {
+        common::http_call(serve.admin, "GET", "/readyz", "").0 == 200
+    }));
+    serve
+}
+
 /// An upstream that accepts connections and never answers; its port.
 fn silent_upstream() -> u16 {
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -225,10 +235,7 @@ async fn upstream_failures_are_502_and_504_never_429_and_http2_clients_are_serve
         gateway_yaml(dead, dead_port).replace("gateways:\n", ""),
         gateway_yaml(h2, up).replace("gateways:\n", ""),
     );
-    let serve = Serve::start_with("gwfail", "memory://", &[("edge.yaml", rules)], &config);
-    assert!(wait_until(Duration::from_secs(10), || {
-        common::http_call(serve.admin, "GET", "/readyz", "").0 == 200
-    }));
+    let _serve = ready_gateway("gwfail", rules, &config);
     let timed = tokio::time::Instant::now();
     let r = tokio::task::spawn_blocking(move || get(slow, "a"))
         .await
@@ -304,10 +311,7 @@ async fn every_path_takes_an_in_flight_slot_even_one_spelled_as_a_quota_stream()
         "listeners: {{ max_requests_in_flight: 1 }}\n{}",
         gateway_yaml(port, silent_port)
     );
-    let serve = Serve::start_with("gwslots", "memory://", &[("edge.yaml", rules)], &config);
-    assert!(wait_until(Duration::from_secs(10), || {
-        common::http_call(serve.admin, "GET", "/readyz", "").0 == 200
-    }));
+    let serve = ready_gateway("gwslots", rules, &config);
     let holder = std::thread::spawn(move || get(port, "holder"));
     std::thread::sleep(Duration::from_millis(500));
     // The RLQS streams' path is the gRPC listener's to exempt, not a gateway client's to spell:
@@ -351,10 +355,7 @@ async fn an_answer_whose_body_never_starts_ends_at_the_request_timeout() {
             "    headers: both\n    upstream_timeout: 300ms\n"
         )
     );
-    let serve = Serve::start_with("gwstall", "memory://", &[("edge.yaml", rules)], &config);
-    assert!(wait_until(Duration::from_secs(10), || {
-        common::http_call(serve.admin, "GET", "/readyz", "").0 == 200
-    }));
+    let serve = ready_gateway("gwstall", rules, &config);
     let timed = tokio::time::Instant::now();
     let r = tokio::task::spawn_blocking(move || get(port, "u"))
         .await
